@@ -1,0 +1,85 @@
+"""How evenly a strategy spreads a stream of IDs over its shards (seed 002's question)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from snowshard.strategies import ShardStrategy
+
+__all__ = ["Skew", "chi_square_sf", "skew"]
+
+
+@dataclass(frozen=True)
+class Skew:
+    """Per-shard counts of a stream and how far they are from even."""
+
+    counts: tuple[int, ...]
+    total: int
+    max_over_mean: float
+    """Rows in the fullest shard over rows per shard if spread evenly (1.0 is perfect)."""
+    chi_square: float
+    p_value: float
+    """Probability of a chi-square at least this large if rows were spread at random."""
+
+    @property
+    def empty_shards(self) -> int:
+        return sum(1 for c in self.counts if c == 0)
+
+
+def skew(strategy: ShardStrategy, ids: Iterable[object]) -> Skew:
+    """Route every ID of ``ids`` with ``strategy`` and measure the spread."""
+    n = strategy.count
+    counts = [0] * n
+    shard_of = strategy.shard_of
+    for value in ids:
+        counts[shard_of(value)] += 1
+    total = sum(counts)
+    mean = total / n
+    if total == 0:
+        return Skew(tuple(counts), 0, 0.0, 0.0, 1.0)
+    chi = sum((c - mean) ** 2 for c in counts) / mean
+    return Skew(tuple(counts), total, max(counts) / mean, chi, chi_square_sf(chi, n - 1))
+
+
+def chi_square_sf(x: float, df: int) -> float:
+    """P(X >= x) for X ~ chi-square(df): the regularised upper incomplete gamma Q(df/2, x/2)."""
+    if df <= 0:
+        return 1.0
+    if x <= 0:
+        return 1.0
+    return _gamma_q(df / 2.0, x / 2.0)
+
+
+def _gamma_q(a: float, x: float) -> float:
+    # Numerical Recipes' split: series for x < a + 1, continued fraction (Lentz) otherwise.
+    log_prefix = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(10_000):
+            ap += 1.0
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(log_prefix))
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return min(1.0, math.exp(log_prefix) * h)

@@ -1,0 +1,149 @@
+"""Shard strategies: which of ``count`` shards a key or ID belongs to.
+
+Every strategy has ``count`` and ``shard_of(value) -> int`` in ``[0, count)``; any object
+with those two members can be used where a strategy is expected.
+
+=========  ===================================  ==============================================
+strategy   shard of ``x``                        use it when
+=========  ===================================  ==============================================
+``Gene``   ``x & (n - 1)``                       children carry the parent's gene: parent key
+                                                 and child ID give the same shard
+``Mod``    ``x % n``                             keys are dense counters. On snowflake IDs it
+                                                 piles rows into shard 0 at low rates (seed
+                                                 002) unless the sequence continues per tick
+``Mix``    ``(x ^ (x >> 16)) % n``               routing snowflake IDs by themselves (Java
+                                                 HashMap's spreading); breaks gene co-location
+``Shift``  ``(x >> bits) % n``                   routing by worker (``bits`` = sequence+gene)
+                                                 or by time (``bits`` = timestamp shift)
+=========  ===================================  ==============================================
+
+Non-int keys (str, bytes, UUID) are first turned into ints with
+:func:`snowshard.genes.key_to_int`, so every strategy accepts the same keys as genes do.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from snowshard.errors import SnowshardError
+from snowshard.genes import key_to_int
+from snowshard.layout import Layout
+
+__all__ = ["Gene", "Mix", "Mod", "Shift", "ShardStrategy", "StrategyError", "colocates_genes"]
+
+
+class StrategyError(SnowshardError, ValueError):
+    """A strategy's parameters are invalid (shard count, shift)."""
+
+
+@runtime_checkable
+class ShardStrategy(Protocol):
+    """Anything with a shard ``count`` and ``shard_of(value)``."""
+
+    @property
+    def count(self) -> int: ...
+
+    def shard_of(self, value: object) -> int: ...
+
+
+def _check_count(name: str, n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise StrategyError(f"{name} needs a shard count >= 1, got {n!r}")
+    return n
+
+
+class _Base:
+    __slots__ = ("count",)
+    count: int
+
+    def __init__(self, n: int) -> None:
+        self.count = _check_count(type(self).__name__, n)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.count})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+class Mod(_Base):
+    """``x % n``: plain modulo."""
+
+    __slots__ = ()
+
+    def shard_of(self, value: object) -> int:
+        return key_to_int(value) % self.count
+
+
+class Mix(_Base):
+    """``(x ^ (x >> 16)) % n``: fold the high bits into the low ones first (seed 002)."""
+
+    __slots__ = ()
+
+    def shard_of(self, value: object) -> int:
+        x = key_to_int(value)
+        return (x ^ (x >> 16)) % self.count
+
+
+class Shift(_Base):
+    """``(x >> bits) % n``: drop the low ``bits`` (sequence, gene, ...) before the modulo."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self, n: int, bits: int) -> None:
+        super().__init__(n)
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 63:
+            raise StrategyError(f"Shift bits must be an int in 0..63, got {bits!r}")
+        self.bits = bits
+
+    @classmethod
+    def by_worker(cls, n: int, layout: Layout) -> Shift:
+        """Route by the datacenter and worker bits (shift off sequence and gene)."""
+        return cls(n, layout.worker_shift)
+
+    @classmethod
+    def by_time(cls, n: int, layout: Layout) -> Shift:
+        """Route by the timestamp (seed 002's preferred fix: ``id >> 22``)."""
+        return cls(n, layout.timestamp_shift)
+
+    def shard_of(self, value: object) -> int:
+        return (key_to_int(value) >> self.bits) % self.count
+
+    def __repr__(self) -> str:
+        return f"Shift({self.count}, bits={self.bits})"
+
+
+class Gene(_Base):
+    """``x & (n - 1)``: the low bits, i.e. the gene; ``n`` must be a power of two.
+
+    ``Gene(n).shard_of(parent_key) == Gene(n).shard_of(child_id)`` whenever the child's ID
+    was generated with ``gene=parent_key`` and ``n <= 2**gene_bits``.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        if n & (n - 1):
+            lower = 1 << (n.bit_length() - 1)
+            raise StrategyError(
+                f"Gene needs a power-of-two shard count, got {n}; use {lower} or {lower * 2}"
+            )
+
+    def shard_of(self, value: object) -> int:
+        return key_to_int(value) & (self.count - 1)
+
+
+def colocates_genes(strategy: object, layout: Layout) -> bool:
+    """Whether ``strategy`` sends a parent key and its children's IDs to the same shard.
+
+    True for ``Gene(n)`` and for ``Mod(n)`` with ``n`` a power of two, when
+    ``n <= 2**layout.gene_bits``; False for everything else.
+    """
+    if not isinstance(strategy, (Gene, Mod)):
+        return False
+    n = strategy.count
+    return n & (n - 1) == 0 and n <= (1 << layout.gene_bits)
