@@ -1,0 +1,696 @@
+"""Real-database fixtures for the snowshard test suite (a pytest plugin).
+
+Loaded by ``tests/conftest.py`` through ``pytest_plugins = ["tests.backends"]``.
+
+Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
+
+1. an environment URL, if set::
+
+       SNOWSHARD_TEST_POSTGRES_URL   postgresql+psycopg://postgres@127.0.0.1:5432/postgres
+       SNOWSHARD_TEST_POSTGRES2_URL  (optional) a second PostgreSQL server; defaults to the first
+       SNOWSHARD_TEST_MYSQL_URL      mysql+pymysql://root@127.0.0.1:3306/test
+       SNOWSHARD_TEST_REDIS_URL      redis://127.0.0.1:6379/0
+
+   A URL that is set but does not answer is reported (skip, or fail, see below); it never
+   silently falls back to a container.
+2. otherwise a throw-away testcontainers container, when a Docker engine answers (at most
+   one container per backend per session);
+3. otherwise the test is skipped with the reason.
+
+With ``SNOWSHARD_REQUIRE_BACKENDS=1`` every "skip" above becomes a failure instead, so CI
+cannot go green by silently skipping the database tests.
+
+Isolation: every test gets brand-new databases named ``snowshard_t_<random>`` (SQLite files in
+``tmp_path``) and they are dropped on teardown, so runs can be repeated against the same
+servers. Redis tests get a unique key prefix and only keys under it are deleted afterwards.
+
+Fixtures (all return plain strings / small objects, never engines):
+
+* session: ``postgres_url``, ``postgres2_url``, ``mysql_url``, ``redis_url`` - server-level
+  admin URLs (psycopg 3 / PyMySQL / redis-py).
+* function: ``database_factory(backend, count=1, *, server_url=None) -> list[str]`` with
+  backend in ``"sqlite"``, ``"postgresql"``, ``"mysql"``; ``database_factory.engine(url, **kw)``
+  creates an engine that is disposed before the databases are dropped.
+* function: ``sqlite_url``, ``pg_database_url``, ``pg2_database_url``, ``mysql_database_url``
+  (one fresh database each), ``db_url`` (parametrized over sqlite/postgresql/mysql, one fresh
+  database) and ``db_urls_2`` (same params, two fresh databases on the same server).
+* function: ``redis_db`` -> :class:`RedisNamespace` (``.client``, ``.url``, ``.prefix``,
+  ``.key(*parts)``).
+
+Helpers: :func:`async_url` maps a sync URL to its asyncio driver.
+
+Engines that a test creates itself must be disposed by the test (async engines with
+``await engine.dispose()``); the suite runs with ``filterwarnings = error``, so a leaked
+connection shows up as a ``ResourceWarning`` failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import secrets
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.pool import NullPool
+
+__all__ = [
+    "DB_NAME_PREFIX",
+    "ENV_URLS",
+    "REQUIRE_ENV",
+    "DatabaseFactory",
+    "RedisNamespace",
+    "async_url",
+    "backend_unavailable",
+    "check_reachable",
+    "docker_unavailable_reason",
+    "list_test_databases",
+    "locate_backend",
+    "requires_backends",
+]
+
+DB_NAME_PREFIX = "snowshard_t_"
+REQUIRE_ENV = "SNOWSHARD_REQUIRE_BACKENDS"
+POSTGRES2_ENV = "SNOWSHARD_TEST_POSTGRES2_URL"
+ENV_URLS: dict[str, str] = {
+    "postgresql": "SNOWSHARD_TEST_POSTGRES_URL",
+    "mysql": "SNOWSHARD_TEST_MYSQL_URL",
+    "redis": "SNOWSHARD_TEST_REDIS_URL",
+}
+SQL_BACKENDS = ("sqlite", "postgresql", "mysql")
+_ALIASES = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "pg": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
+CONNECT_TIMEOUT = 5  # seconds, for every probe and admin connection
+CONTAINER_START_TIMEOUT = 180.0  # seconds, image pull excluded (done by start())
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+# --------------------------------------------------------------------------- skip or fail
+
+
+def requires_backends(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``SNOWSHARD_REQUIRE_BACKENDS`` asks for missing backends to fail."""
+    env = os.environ if environ is None else environ
+    return env.get(REQUIRE_ENV, "").strip().lower() in _TRUE
+
+
+def backend_unavailable(
+    reason: str, environ: Mapping[str, str] | None = None
+) -> NoReturn:
+    """Skip the current test with ``reason`` - or fail it under SNOWSHARD_REQUIRE_BACKENDS=1."""
+    if requires_backends(environ):
+        pytest.fail(f"{reason} (and {REQUIRE_ENV}=1 is set)", pytrace=False)
+    pytest.skip(reason)
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def _redact(url: str) -> str:
+    """The URL with any password hidden, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not an SQLAlchemy URL (e.g. redis://)
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _render(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def _normalize(backend: str, url: str) -> str:
+    """Force the drivers the suite uses: psycopg 3 and PyMySQL."""
+    if backend == "redis":
+        return url
+    parsed = make_url(url)
+    driver = "postgresql+psycopg" if backend == "postgresql" else "mysql+pymysql"
+    return _render(parsed.set(drivername=driver))
+
+
+def async_url(url: str) -> str:
+    """Map a sync database URL to its asyncio driver (psycopg 3 is both sync and async)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _render(parsed.set(drivername="sqlite+aiosqlite"))
+    if backend == "postgresql":
+        return _render(parsed.set(drivername="postgresql+psycopg"))
+    if backend in ("mysql", "mariadb"):
+        return _render(parsed.set(drivername="mysql+aiomysql"))
+    raise ValueError(f"no async mapping for {backend!r} URLs")
+
+
+def _sql_connect_args(url: URL) -> dict[str, Any]:
+    if url.get_backend_name() in ("postgresql", "mysql", "mariadb"):
+        return {"connect_timeout": CONNECT_TIMEOUT}
+    return {}
+
+
+def _admin_engine(url: str, *, drop_database: bool = False) -> Engine:
+    """A NullPool autocommit engine for CREATE/DROP DATABASE; dispose it after use."""
+    parsed = make_url(url)
+    if drop_database:
+        parsed = parsed.set(database=None)
+    return sa.create_engine(
+        parsed,
+        poolclass=NullPool,
+        isolation_level="AUTOCOMMIT",
+        connect_args=_sql_connect_args(parsed),
+    )
+
+
+@contextlib.contextmanager
+def _admin(url: str, *, drop_database: bool = False) -> Iterator[sa.Connection]:
+    engine = _admin_engine(url, drop_database=drop_database)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def check_reachable(
+    backend: str, url: str, timeout: float = CONNECT_TIMEOUT
+) -> str | None:
+    """Connect once to ``url``; return None if it answered, else a one-line reason."""
+    try:
+        if backend == "redis":
+            import redis
+
+            client = redis.Redis.from_url(
+                url, socket_connect_timeout=timeout, socket_timeout=timeout
+            )
+            try:
+                client.ping()
+            finally:
+                client.close()
+        else:
+            engine = sa.create_engine(
+                url, poolclass=NullPool, connect_args=_sql_connect_args(make_url(url))
+            )
+            try:
+                with engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+            finally:
+                engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any driver / network / auth error
+        detail = " ".join(str(exc).split())[:300]
+        return f"{backend} at {_redact(url)} is unreachable: {type(exc).__name__}: {detail}"
+    return None
+
+
+_docker_reason_cache: list[str | None] = []
+
+
+def docker_unavailable_reason() -> str | None:
+    """None when a Docker engine answers, else why not (cached for the session).
+
+    Cheap: with no DOCKER_HOST and no docker socket this returns at once; otherwise the
+    engine is pinged in a child process (3 s timeout), which keeps the docker SDK's sockets
+    and warnings out of the test process.
+    """
+    if _docker_reason_cache:
+        return _docker_reason_cache[0]
+    reason: str | None
+    sockets = ("/var/run/docker.sock", str(Path.home() / ".docker/run/docker.sock"))
+    if not os.environ.get("DOCKER_HOST") and not any(
+        os.path.exists(s) for s in sockets
+    ):
+        reason = "no Docker engine (DOCKER_HOST unset and no docker socket)"
+    else:
+        probe = "import docker; c = docker.from_env(timeout=3); c.ping(); c.close()"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-W", "ignore", "-c", probe],
+                capture_output=True,
+                check=False,
+                text=True,
+                timeout=6,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            reason = "Docker engine did not answer within 6 s"
+        else:
+            if done.returncode == 0:
+                reason = None
+            else:
+                tail = (done.stderr.strip().splitlines() or ["?"])[-1][:200]
+                reason = f"Docker engine not usable: {tail}"
+    _docker_reason_cache.append(reason)
+    return reason
+
+
+def locate_backend(
+    backend: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    docker_reason: Callable[[], str | None] = docker_unavailable_reason,
+) -> str | None:
+    """Decide where ``backend``'s server comes from.
+
+    Returns the (normalized, reachable) environment URL, or None when the caller should
+    start a container. Skips - or fails under SNOWSHARD_REQUIRE_BACKENDS=1 - when the
+    environment URL does not answer, or when it is unset and Docker is unusable.
+    """
+    env = os.environ if environ is None else environ
+    var = ENV_URLS[backend]
+    url = env.get(var, "").strip()
+    if url:
+        url = _normalize(backend, url)
+        problem = check_reachable(backend, url)
+        if problem is not None:
+            backend_unavailable(f"{problem} (from ${var})", env)
+        return url
+    why = docker_reason()
+    if why is not None:
+        backend_unavailable(f"{backend}: ${var} is not set and {why}", env)
+    return None
+
+
+# --------------------------------------------------------------------------- containers
+
+_CONTAINER_SPECS: dict[str, dict[str, Any]] = {
+    "postgresql": {
+        "image": "postgres:16-alpine",
+        "port": 5432,
+        "env": {"POSTGRES_HOST_AUTH_METHOD": "trust"},
+        "url": "postgresql+psycopg://postgres@{host}:{port}/postgres",
+    },
+    "mysql": {
+        "image": "mariadb:10.11",
+        "port": 3306,
+        "env": {"MARIADB_ALLOW_EMPTY_ROOT_PASSWORD": "1", "MARIADB_DATABASE": "test"},
+        "url": "mysql+pymysql://root@{host}:{port}/test",
+    },
+    "redis": {
+        "image": "redis:7-alpine",
+        "port": 6379,
+        "env": {},
+        "url": "redis://{host}:{port}/0",
+    },
+}
+
+
+@contextlib.contextmanager
+def _quietly() -> Iterator[None]:
+    """Silence warnings from testcontainers / the docker SDK (not our code), including the
+    ResourceWarnings of sockets they leave to the garbage collector."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            gc.collect()
+
+
+def _start_container(backend: str) -> tuple[Any, str]:
+    """Start the backend's container and wait (over TCP) until it answers."""
+    spec = _CONTAINER_SPECS[backend]
+    try:
+        with _quietly():
+            from testcontainers.core.container import DockerContainer
+    except ImportError as exc:
+        backend_unavailable(
+            f"{backend}: a Docker engine answers but testcontainers is missing ({exc})"
+        )
+    container = None
+    try:
+        with _quietly():
+            container = DockerContainer(spec["image"]).with_exposed_ports(spec["port"])
+            for key, value in spec["env"].items():
+                container = container.with_env(key, value)
+            container.start()
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(spec["port"])
+        url = spec["url"].format(host=host, port=port)
+        deadline = time.monotonic() + CONTAINER_START_TIMEOUT
+        while (problem := check_reachable(backend, url, timeout=2)) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(problem)
+            time.sleep(0.5)
+    except Exception as exc:  # noqa: BLE001 - docker/testcontainers errors vary by version
+        if container is not None:
+            _stop_container(container)
+        backend_unavailable(
+            f"{backend}: could not start a {spec['image']} container: {exc}"
+        )
+    return container, url
+
+
+def _stop_container(container: Any) -> None:
+    with _quietly(), contextlib.suppress(Exception):
+        container.stop()
+
+
+def _server_url(backend: str) -> Iterator[str]:
+    url = locate_backend(backend)
+    if url is not None:
+        yield url
+        return
+    container, url = _start_container(backend)
+    try:
+        yield url
+    finally:
+        _stop_container(container)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """Server-level PostgreSQL URL (postgresql+psycopg://...) for admin work."""
+    yield from _server_url("postgresql")
+
+
+@pytest.fixture(scope="session")
+def postgres2_url(request: pytest.FixtureRequest) -> str:
+    """A second PostgreSQL server ($SNOWSHARD_TEST_POSTGRES2_URL), else the first one."""
+    raw = os.environ.get(POSTGRES2_ENV, "").strip()
+    if not raw:
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    url = _normalize("postgresql", raw)
+    problem = check_reachable("postgresql", url)
+    if problem is not None:
+        backend_unavailable(f"{problem} (from ${POSTGRES2_ENV})")
+    return url
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    """Server-level MySQL/MariaDB URL (mysql+pymysql://...) for admin work."""
+    yield from _server_url("mysql")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """Redis server URL (redis://...)."""
+    yield from _server_url("redis")
+
+
+# --------------------------------------------------------------------------- databases
+
+
+def _new_name() -> str:
+    return DB_NAME_PREFIX + secrets.token_hex(6)
+
+
+def _mysql_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _pg_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def list_test_databases(backend: str, server_url: str) -> list[str]:
+    """Names of ``snowshard_t_*`` databases currently on the server (for leak checks)."""
+    pattern = DB_NAME_PREFIX.replace("_", r"\_") + "%"
+    if backend == "postgresql":
+        sql = "SELECT datname FROM pg_database WHERE datname LIKE :p ORDER BY 1"
+    elif backend == "mysql":
+        sql = (
+            "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA"
+            " WHERE SCHEMA_NAME LIKE :p ORDER BY 1"
+        )
+    else:
+        raise ValueError(f"not a database server backend: {backend!r}")
+    with _admin(server_url, drop_database=backend == "mysql") as conn:
+        return [row[0] for row in conn.execute(sa.text(sql), {"p": pattern})]
+
+
+def _create_database(backend: str, server_url: str, name: str) -> str:
+    if backend == "postgresql":
+        with _admin(server_url) as conn:
+            # template0: never blocked by someone else sitting in template1.
+            conn.exec_driver_sql(
+                f"CREATE DATABASE {_pg_quote(name)} TEMPLATE template0"
+            )
+    else:
+        with _admin(server_url, drop_database=True) as conn:
+            conn.exec_driver_sql(
+                f"CREATE DATABASE {_mysql_quote(name)} CHARACTER SET utf8mb4"
+            )
+    return _render(make_url(server_url).set(database=name))
+
+
+def _drop_database(backend: str, server_url: str, name: str) -> None:
+    if backend == "postgresql":
+        with _admin(server_url) as conn:
+            conn.exec_driver_sql(
+                f"DROP DATABASE IF EXISTS {_pg_quote(name)} WITH (FORCE)"
+            )
+        return
+    with _admin(server_url, drop_database=True) as conn:
+        # MySQL has no WITH (FORCE): end sessions still using the database so DROP cannot
+        # hang on a metadata lock held by a leaked connection.
+        conn.exec_driver_sql("SET SESSION lock_wait_timeout = 30")
+        ids = conn.execute(
+            sa.text(
+                "SELECT ID FROM information_schema.PROCESSLIST"
+                " WHERE DB = :db AND ID <> CONNECTION_ID()"
+            ),
+            {"db": name},
+        ).scalars()
+        for thread_id in list(ids):
+            with contextlib.suppress(sa.exc.DBAPIError):  # it may have gone already
+                conn.exec_driver_sql(f"KILL CONNECTION {int(thread_id)}")
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {_mysql_quote(name)}")
+
+
+class DatabaseFactory:
+    """Creates fresh empty databases and drops them (after disposing engines) on cleanup.
+
+    ``factory(backend, count=1, *, server_url=None) -> list[str]`` returns SQLAlchemy URLs
+    (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...). ``server_url`` overrides
+    the server (an admin URL) the databases are created on.
+    """
+
+    def __init__(self, tmp_path: Path, server_url: Callable[[str], str]) -> None:
+        self._tmp_path = tmp_path
+        self._server_url = server_url
+        self._created: list[
+            tuple[str, str, str]
+        ] = []  # (backend, server_url, name or path)
+        self._engines: list[Engine] = []
+
+    def __call__(
+        self, backend: str, count: int = 1, *, server_url: str | None = None
+    ) -> list[str]:
+        try:
+            kind = _ALIASES[backend.lower()]
+        except KeyError:
+            raise ValueError(
+                f"backend must be one of {SQL_BACKENDS}, not {backend!r}"
+            ) from None
+        if count < 1:
+            raise ValueError(f"count must be >= 1, not {count}")
+        urls = []
+        for _ in range(count):
+            name = _new_name()
+            if kind == "sqlite":
+                path = self._tmp_path / f"{name}.sqlite3"
+                path.touch(
+                    exist_ok=False
+                )  # a 0-byte file is a valid, empty SQLite database
+                self._created.append((kind, "", str(path)))
+                urls.append(_render(URL.create("sqlite", database=str(path))))
+                continue
+            server = server_url if server_url is not None else self._server_url(kind)
+            server = _normalize(kind, server)
+            # Record first: if CREATE half-worked, cleanup still tries the DROP.
+            self._created.append((kind, server, name))
+            urls.append(_create_database(kind, server, name))
+        return urls
+
+    def engine(self, url: str, **kwargs: Any) -> Engine:
+        """``create_engine(url, **kwargs)``, disposed automatically before the DROP."""
+        engine = sa.create_engine(url, **kwargs)
+        self._engines.append(engine)
+        return engine
+
+    def cleanup(self) -> None:
+        """Dispose tracked engines, then drop every database created (newest first)."""
+        errors: list[str] = []
+        while self._engines:
+            self._engines.pop().dispose()
+        while self._created:
+            kind, server, name = self._created.pop()
+            try:
+                if kind == "sqlite":
+                    for suffix in ("", "-journal", "-wal", "-shm"):
+                        Path(name + suffix).unlink(missing_ok=True)
+                else:
+                    _drop_database(kind, server, name)
+            except Exception as exc:  # noqa: BLE001 - keep dropping the others, report all
+                errors.append(f"{kind} {name}: {type(exc).__name__}: {exc}")
+        if errors:
+            raise RuntimeError("could not drop test databases: " + "; ".join(errors))
+
+
+_SERVER_FIXTURES = {"postgresql": "postgres_url", "mysql": "mysql_url"}
+
+
+@pytest.fixture
+def database_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[DatabaseFactory]:
+    """``database_factory(backend, count=1) -> list[str]`` of brand-new empty databases."""
+
+    def server_url(kind: str) -> str:
+        url: str = request.getfixturevalue(_SERVER_FIXTURES[kind])
+        return url
+
+    factory = DatabaseFactory(tmp_path, server_url)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()
+
+
+@pytest.fixture
+def sqlite_url(database_factory: DatabaseFactory) -> str:
+    """One fresh SQLite database file (sqlite:///.../snowshard_t_*.sqlite3)."""
+    return database_factory("sqlite")[0]
+
+
+@pytest.fixture
+def pg_database_url(database_factory: DatabaseFactory, postgres_url: str) -> str:
+    """One fresh PostgreSQL database."""
+    return database_factory("postgresql", server_url=postgres_url)[0]
+
+
+@pytest.fixture
+def pg2_database_url(database_factory: DatabaseFactory, postgres2_url: str) -> str:
+    """One fresh database on the second PostgreSQL server (or the first, if there is one)."""
+    return database_factory("postgresql", server_url=postgres2_url)[0]
+
+
+@pytest.fixture
+def mysql_database_url(database_factory: DatabaseFactory, mysql_url: str) -> str:
+    """One fresh MySQL/MariaDB database."""
+    return database_factory("mysql", server_url=mysql_url)[0]
+
+
+_DB_PARAMS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
+]
+
+
+@pytest.fixture(params=_DB_PARAMS)
+def db_url(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> str:
+    """One fresh database URL per backend (sqlite, postgresql, mysql)."""
+    return database_factory(request.param)[0]
+
+
+@pytest.fixture(params=_DB_PARAMS)
+def db_urls_2(
+    request: pytest.FixtureRequest, database_factory: DatabaseFactory
+) -> list[str]:
+    """Two fresh, distinct databases on the same server, per backend."""
+    return database_factory(request.param, 2)
+
+
+# --------------------------------------------------------------------------- redis
+
+
+@dataclass
+class RedisNamespace:
+    """A redis-py client plus the key prefix this test owns (keys are deleted afterwards)."""
+
+    client: Any  # redis.Redis (bytes responses, like redis.Redis.from_url's default)
+    url: str
+    prefix: str  # e.g. "snowshard_t_1a2b3c4d5e6f:"
+
+    def key(self, *parts: object) -> str:
+        """``prefix`` + the parts joined by ':'."""
+        return self.prefix + ":".join(str(p) for p in parts)
+
+    def keys(self) -> list[bytes]:
+        """Every key currently under ``prefix``."""
+        return sorted(
+            self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=500)
+        )
+
+    def cleanup(self) -> None:
+        """Delete every key under ``prefix`` (and nothing else)."""
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(
+            match=_glob_escape(self.prefix) + "*", count=500
+        ):
+            batch.append(key)
+            if len(batch) >= 500:
+                self.client.delete(*batch)
+                batch.clear()
+        if batch:
+            self.client.delete(*batch)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+@pytest.fixture
+def redis_db(redis_url: str) -> Iterator[RedisNamespace]:
+    """A redis client and a unique key prefix; keys under the prefix are deleted afterwards."""
+    import redis
+
+    client = redis.Redis.from_url(
+        redis_url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=30
+    )
+    namespace = RedisNamespace(client=client, url=redis_url, prefix=_new_name() + ":")
+    try:
+        yield namespace
+    finally:
+        try:
+            namespace.cleanup()
+        finally:
+            client.close()
+
+
+# --------------------------------------------------------------------------- markers
+
+_FIXTURE_MARKERS = {
+    "postgres_url": "postgres",
+    "postgres2_url": "postgres",
+    "pg_database_url": "postgres",
+    "pg2_database_url": "postgres",
+    "mysql_url": "mysql",
+    "mysql_database_url": "mysql",
+    "redis_url": "redis",
+    "redis_db": "redis",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tag tests using a server fixture with its marker, so ``-m "not mysql"`` works."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in _FIXTURE_MARKERS.items():
+            if fixture in names and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
