@@ -11,6 +11,7 @@ from snowshard import strategies
 from snowshard.clock import ManualClock
 from snowshard.errors import (
     ClockMovedBackwards,
+    ClockStalled,
     FieldOutOfRange,
     IdTypeError,
     InvalidId,
@@ -28,6 +29,7 @@ from snowshard.strategies import StrategyError
 __all__ = [
     "DEFAULT_EPOCH",
     "ClockMovedBackwards",
+    "ClockStalled",
     "FieldOutOfRange",
     "IdTypeError",
     "InvalidId",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ClockMovedBackwards",
+    "ClockStalled",
     "FieldOutOfRange",
     "IdTypeError",
     "InvalidId",
@@ -41,6 +42,10 @@ class IdTypeError(SnowshardError, TypeError):
 
 class ClockMovedBackwards(SnowshardError):
     """The clock went back further (or for longer) than the generator may wait out."""
+
+
+class ClockStalled(SnowshardError):
+    """An injected clock did not advance while the generator waited for the next tick."""
 
 
 class WorkerIdError(SnowshardError):

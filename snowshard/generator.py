@@ -31,6 +31,7 @@ from typing import Literal, Protocol, Union, runtime_checkable
 from snowshard.clock import wall_anchored_ns
 from snowshard.errors import (
     ClockMovedBackwards,
+    ClockStalled,
     FieldOutOfRange,
     LayoutError,
     LayoutExpired,
@@ -327,9 +328,19 @@ class Snowflake:
         else:
             # wait until the clock reaches the tick (borrow: until it is within the bound)
             target = nxt if self.on_overflow == "wait" else nxt - self._max_borrow_ticks
+            started = time.monotonic()
+            waited_ticks = 0
             while tick < target:
                 self._pause_until(target, tick)
+                waited_ticks += 1
                 tick = self._current_tick()
+                if tick < target and self._clock is not None and waited_ticks > 1000:
+                    if self._sleep is not time.sleep or time.monotonic() - started > 1.0:
+                        raise ClockStalled(
+                            f"the injected clock stayed at tick {tick} while waiting for tick "
+                            f"{target} (sequence exhausted); make the clock advance, or pass "
+                            "sleep= a function that advances it (e.g. ManualClock.sleep)"
+                        )
             if tick > nxt:
                 nxt = tick
         self._last_tick = nxt
