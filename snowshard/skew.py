@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from snowshard.strategies import ShardStrategy
@@ -27,20 +27,25 @@ class Skew:
     def empty_shards(self) -> int:
         return sum(1 for c in self.counts if c == 0)
 
+    @classmethod
+    def from_counts(cls, counts: Sequence[int]) -> Skew:
+        """The spread of rows already counted per shard."""
+        n = len(counts)
+        total = sum(counts)
+        if total == 0:
+            return cls(tuple(counts), 0, 0.0, 0.0, 1.0)
+        mean = total / n
+        chi = sum((c - mean) ** 2 for c in counts) / mean
+        return cls(tuple(counts), total, max(counts) / mean, chi, chi_square_sf(chi, n - 1))
+
 
 def skew(strategy: ShardStrategy, ids: Iterable[object]) -> Skew:
     """Route every ID of ``ids`` with ``strategy`` and measure the spread."""
-    n = strategy.count
-    counts = [0] * n
+    counts = [0] * strategy.count
     shard_of = strategy.shard_of
     for value in ids:
         counts[shard_of(value)] += 1
-    total = sum(counts)
-    mean = total / n
-    if total == 0:
-        return Skew(tuple(counts), 0, 0.0, 0.0, 1.0)
-    chi = sum((c - mean) ** 2 for c in counts) / mean
-    return Skew(tuple(counts), total, max(counts) / mean, chi, chi_square_sf(chi, n - 1))
+    return Skew.from_counts(counts)
 
 
 def chi_square_sf(x: float, df: int) -> float:
