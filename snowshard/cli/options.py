@@ -1,0 +1,299 @@
+"""Options shared by several commands: layout, routing, keys, times and ``--json``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import timedelta, timezone, tzinfo
+from typing import TYPE_CHECKING, Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+
+from snowshard.cli.config import (
+    SHIFT_BY,
+    STRATEGIES,
+    ConfigError,
+    Layer,
+    Resolved,
+    parse_spec,
+    parse_time,
+    resolve,
+)
+from snowshard.errors import SnowshardError
+from snowshard.layout import Layout
+from snowshard.strategies import Gene, Mix, Mod, ShardStrategy, Shift
+
+__all__ = [
+    "KEY_TYPES",
+    "TimeParam",
+    "ZoneParam",
+    "current_config",
+    "json_option",
+    "key_type_option",
+    "layout_options",
+    "make_shift",
+    "parse_key",
+    "routing_options",
+    "rule_of",
+    "simple_strategy",
+    "strategy_from",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:  # click >= 8.4 types ParamType by its value; older click is not generic
+    _IntParam = click.ParamType[int]
+    _ZoneParam = click.ParamType[tzinfo]
+else:
+    _IntParam = _ZoneParam = click.ParamType
+
+_META_SPEC = "snowshard.cli.layout_spec"
+_META_FLAGS = "snowshard.cli.layout_flags"
+_META_RESOLVED = "snowshard.cli.resolved"
+KEY_TYPES = ("auto", "int", "str", "uuid")
+
+
+class TimeParam(_IntParam):
+    """ISO 8601 (a date or naive time is UTC) or Unix milliseconds, converted to Unix ms."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_time(str(value))
+        except (ValueError, SnowshardError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class ZoneParam(_ZoneParam):
+    """An IANA zone name (Europe/Paris) or a fixed offset (+08:00)."""
+
+    name = "ZONE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tzinfo:
+        if isinstance(value, tzinfo):
+            return value
+        text = str(value).strip()
+        if text[:1] in "+-" and len(text) in (3, 6):
+            try:
+                hours, minutes = int(text[1:3]), int(text[4:6] or 0)
+            except ValueError:
+                self.fail(f"{text!r} is not an offset like +08:00", param, ctx)
+            sign = -1 if text[0] == "-" else 1
+            return timezone(sign * timedelta(hours=hours, minutes=minutes))
+        try:
+            return ZoneInfo(text)
+        except (ZoneInfoNotFoundError, ValueError):
+            self.fail(f"unknown time zone {text!r}; use e.g. Europe/Paris or +08:00", param, ctx)
+
+
+def _store_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        try:
+            ctx.meta[_META_SPEC] = parse_spec(value, "--layout")
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--layout: "), ctx, param) from None
+
+
+def _store_flag(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    if value is not None and param.name is not None:
+        ctx.meta.setdefault(_META_FLAGS, {})[param.name] = value
+
+
+def _width(name: str) -> Callable[[F], F]:
+    flag = "--" + name.replace("_", "-")
+    return click.option(
+        flag,
+        name,
+        type=click.IntRange(0, 63),
+        metavar="N",
+        expose_value=False,
+        callback=_store_flag,
+        help=f"Width of the {name.removesuffix('_bits')} field.",
+    )
+
+
+_LAYOUT_OPTIONS: list[Callable[[F], F]] = [
+    click.option(
+        "-L",
+        "--layout",
+        "layout_spec",
+        metavar="SPEC",
+        expose_value=False,
+        callback=_store_spec,
+        help="Preset (default, twitter, discord, sonyflake, js_safe) or "
+        "'worker_bits=8,gene_bits=4,epoch=2020-01-01'. Overrides $SNOWSHARD_LAYOUT, "
+        "which overrides [tool.snowshard] in pyproject.toml.",
+    ),
+    *(_width(name) for name in ("timestamp_bits", "datacenter_bits", "worker_bits")),
+    *(_width(name) for name in ("sequence_bits", "gene_bits")),
+    click.option(
+        "--epoch",
+        type=TimeParam(),
+        expose_value=False,
+        callback=_store_flag,
+        help="Epoch of the timestamp field (ISO date/time or Unix ms).",
+    ),
+    click.option(
+        "--tick-ms",
+        type=click.IntRange(min=1),
+        metavar="MS",
+        expose_value=False,
+        callback=_store_flag,
+        help="Milliseconds per timestamp tick.",
+    ),
+]
+
+
+def layout_options(func: F) -> F:
+    """Add the layout options; read the result with :func:`current_config`."""
+    for option in reversed(_LAYOUT_OPTIONS):
+        func = option(func)
+    return func
+
+
+def current_config() -> Resolved:
+    """The layout and routing defaults of the running command (resolved once)."""
+    ctx = click.get_current_context()
+    resolved = ctx.meta.get(_META_RESOLVED)
+    if not isinstance(resolved, Resolved):
+        layers: list[tuple[str, Layer]] = [
+            ("--layout", ctx.meta.get(_META_SPEC, {})),
+            ("command-line options", ctx.meta.get(_META_FLAGS, {})),
+        ]
+        resolved = resolve(layers)
+        ctx.meta[_META_RESOLVED] = resolved
+    return resolved
+
+
+def json_option(func: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON for machines (IDs as strings)."
+    )(func)
+
+
+def key_type_option(func: F) -> F:
+    return click.option(
+        "--key-type",
+        type=click.Choice(KEY_TYPES),
+        default="auto",
+        show_default=True,
+        help="How to read keys: auto = digits are an int key, anything else a str key "
+        "(hashed with BLAKE2b, as snowshard does in the app).",
+    )(func)
+
+
+def routing_options(func: F) -> F:
+    """``--strategy``, ``--shards``, ``--shift-bits`` and ``--shift-by``."""
+    options: list[Callable[[F], F]] = [
+        click.option(
+            "-s",
+            "--strategy",
+            type=click.Choice(STRATEGIES),
+            default=None,
+            help="gene: x & (n-1); mod: x % n; mix: (x ^ x>>16) % n; shift: (x >> bits) % n.",
+        ),
+        click.option(
+            "--shards", type=click.IntRange(min=1), metavar="N", default=None, help="Shard count."
+        ),
+        click.option(
+            "--shift-bits",
+            type=click.IntRange(0, 63),
+            metavar="N",
+            default=None,
+            help="Bits the shift strategy drops (overrides --shift-by).",
+        ),
+        click.option(
+            "--shift-by",
+            type=click.Choice(SHIFT_BY),
+            default=None,
+            help="Shift off everything below the timestamp (time, the default: seed 002's "
+            "fix) or below the worker (worker).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def parse_key(text: str, key_type: str) -> object:
+    """A shard key from the command line (see ``--key-type``)."""
+    if key_type == "str":
+        return text
+    if key_type == "uuid":
+        try:
+            return uuid.UUID(text)
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not a UUID") from None
+    digits = text.strip()
+    if digits.isascii() and digits.isdigit():
+        return int(digits)
+    if key_type == "int":
+        raise click.BadParameter(f"{text!r} is not a non-negative integer key")
+    return text
+
+
+def strategy_from(
+    config: Resolved,
+    strategy: str | None,
+    shards: int | None,
+    shift_bits: int | None,
+    shift_by: str | None,
+    *,
+    required: bool,
+) -> ShardStrategy | None:
+    """Build the strategy from options, falling back on ``[tool.snowshard]`` defaults."""
+    routing = config.routing
+    name = strategy if strategy is not None else routing.get("strategy")
+    count = shards if shards is not None else routing.get("shards")
+    given = strategy is not None or shards is not None
+    if not required and not given and (name is None or count is None):
+        return None  # optional, and neither the options nor the config name a strategy
+    if name is None or count is None:
+        missing = "--strategy" if name is None else "--shards"
+        raise click.UsageError(f"{missing} is needed (or set it in [tool.snowshard])")
+    assert isinstance(count, int)
+    if name != "shift":
+        if shift_bits is not None or shift_by is not None:
+            raise click.UsageError("--shift-bits and --shift-by apply only to --strategy shift")
+        return simple_strategy(str(name), count)
+    return make_shift(config.layout, count, shift_bits, shift_by, routing)
+
+
+def simple_strategy(name: str, count: int) -> ShardStrategy:
+    """``Gene``, ``Mod`` or ``Mix`` of ``count`` shards by name."""
+    if name == "gene":
+        return Gene(count)
+    return Mod(count) if name == "mod" else Mix(count)
+
+
+def make_shift(
+    layout: Layout, count: int, bits: int | None, by: str | None, routing: Layer | None = None
+) -> Shift:
+    routing = routing or {}
+    configured = routing.get("shift_bits")
+    if bits is None and by is None and isinstance(configured, int):
+        bits = configured
+    if bits is not None:
+        return Shift(count, bits)
+    by = by if by is not None else str(routing.get("shift_by", "time"))
+    return Shift.by_worker(count, layout) if by == "worker" else Shift.by_time(count, layout)
+
+
+def rule_of(strategy: ShardStrategy) -> str:
+    """The formula a strategy routes by, e.g. ``x & 15``."""
+    n = strategy.count
+    if isinstance(strategy, Gene):
+        return f"x & {n - 1}"
+    if isinstance(strategy, Mod):
+        return f"x % {n}"
+    if isinstance(strategy, Mix):
+        return f"(x ^ (x >> 16)) % {n}"
+    if isinstance(strategy, Shift):
+        return f"(x >> {strategy.bits}) % {n}"
+    return repr(strategy)
