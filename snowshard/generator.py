@@ -36,6 +36,7 @@ from snowshard.errors import (
     ClockMovedBackwards,
     ClockStalled,
     FieldOutOfRange,
+    IdTypeError,
     LayoutError,
     LayoutExpired,
     WorkerIdError,
@@ -197,16 +198,12 @@ class Snowflake:
         """Unix ms of the tick of the last ID issued (the epoch if none yet)."""
         return self.layout.unix_ms_of_ticks(max(self._last_tick, 0))
 
-    def _resolve(self, what: str, source: object, limit: int) -> int:
+    def _resolve(self, what: str, source: object) -> int:
         value = source() if callable(source) else source
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkerIdError(f"{what} must be an int, got {type(value).__name__} {value!r}")
-        if not 0 <= value <= limit:
-            raise WorkerIdError(
-                f"{what} must be in 0..{limit} for this layout, got {value}; "
-                f"use a smaller {what} ID or widen {what}_bits"
-            )
-        return value
+        try:
+            return self.layout.check_field(what, value)
+        except (IdTypeError, FieldOutOfRange) as exc:
+            raise WorkerIdError(str(exc)) from None
 
     def _bind_node(self, *, first: bool) -> None:
         """(Re)read worker and datacenter from their sources; caller holds the lock."""
@@ -215,13 +212,13 @@ class Snowflake:
         floor_tick = -1
         if isinstance(source, WorkerLease):
             claim = source.claim(lambda: self.last_unix_ms)
-            worker = self._resolve("worker", claim.worker, layout.max_worker)
+            worker = self._resolve("worker", claim.worker)
             self._valid_until_ns = claim.expires_ns if claim.expires_ns is not None else _NEVER
             if claim.floor_unix_ms >= layout.epoch_ms:
                 floor_tick = (claim.floor_unix_ms - layout.epoch_ms) // layout.tick_ms
         else:
-            worker = self._resolve("worker", source, layout.max_worker)
-        datacenter = self._resolve("datacenter", self._datacenter_source, layout.max_datacenter)
+            worker = self._resolve("worker", source)
+        datacenter = self._resolve("datacenter", self._datacenter_source)
         changed = (worker, datacenter) != (self._worker, self._datacenter)
         self._worker, self._datacenter = worker, datacenter
         self._node = (datacenter << layout.datacenter_shift) | (worker << layout.worker_shift)

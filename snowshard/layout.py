@@ -39,6 +39,7 @@ and is NewLife's epoch, so its IDs parse with the default layout."""
 
 _UNIX = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _JS_SAFE = 2**53
+_MAX_DATETIME_MS = 253402300800000  # 10000-01-01T00:00:00Z
 
 
 def to_unix_ms(value: TimeLike, *, what: str = "time") -> int:
@@ -129,6 +130,12 @@ class Layout:
         epoch_ms = to_unix_ms(epoch, what="epoch")
         if epoch_ms < 0:
             raise LayoutError(f"epoch must not precede 1970-01-01, got {epoch_ms} ms")
+        end_ms = epoch_ms + (1 << timestamp_bits) * tick_ms
+        if end_ms > _MAX_DATETIME_MS:
+            raise LayoutError(
+                f"timestamp_bits={timestamp_bits} with tick_ms={tick_ms} runs past year 9999, "
+                "which Python datetimes cannot show; use fewer timestamp bits or a shorter tick"
+            )
         for name, width in widths.items():
             object.__setattr__(self, name, width)
         object.__setattr__(self, "epoch_ms", epoch_ms)
@@ -268,7 +275,18 @@ class Layout:
 
     # -- compose / parse -------------------------------------------------------------
 
-    def _check(self, field: str, value: int, limit: int) -> int:
+    def check_field(self, field: str, value: object) -> int:
+        """``value`` if it fits ``field`` ("datacenter", "worker", ...); raise otherwise."""
+        limit = {
+            "timestamp": self.max_ticks,
+            "datacenter": self.max_datacenter,
+            "worker": self.max_worker,
+            "sequence": self.max_sequence,
+            "gene": self.max_gene,
+        }[field]
+        return self._check(field, value, limit)
+
+    def _check(self, field: str, value: object, limit: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise IdTypeError(f"{field} must be an int, got {type(value).__name__} {value!r}")
         if not 0 <= value <= limit:

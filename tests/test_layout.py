@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from snowshard import (
@@ -31,6 +31,7 @@ UTC = timezone.utc
         ({"tick_ms": 0}, "tick_ms must be an int >= 1"),
         ({"epoch": datetime(2020, 1, 1)}, "naive datetime"),
         ({"epoch": -5}, "must not precede 1970"),
+        ({"timestamp_bits": 40, "tick_ms": 1000}, "past year 9999"),
     ],
 )
 def test_bad_layouts_are_refused(kwargs: dict[str, object], message: str) -> None:
@@ -132,6 +133,7 @@ def layouts_and_fields(draw: st.DrawFn) -> tuple[Layout, dict[str, int]]:
         rest -= widths[name]
     epoch = draw(st.integers(0, 2_000_000_000_000))
     tick = draw(st.sampled_from([1, 10, 1000]))
+    assume(epoch + (2**ts) * tick <= 253402300800000)  # layouts must end before year 10000
     layout = Layout(timestamp_bits=ts, epoch=epoch, tick_ms=tick, **widths)
     fields = {
         "ticks": draw(st.integers(0, layout.max_ticks)),
