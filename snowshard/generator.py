@@ -198,6 +198,14 @@ class Snowflake:
         """Unix ms of the tick of the last ID issued (the epoch if none yet)."""
         return self.layout.unix_ms_of_ticks(max(self._last_tick, 0))
 
+    def _high_water_ms(self) -> int:
+        """Unix ms a lease stores: the later of the last ID's tick and the clock now.
+
+        A successor of this worker ID starts after it. The clock term covers IDs issued
+        after the last renewal, before a crash. Lock-free: called from renewal threads.
+        """
+        return self.layout.unix_ms_of_ticks(max(self._last_tick, self._clock_tick(), 0))
+
     def _resolve(self, what: str, source: object) -> int:
         value = source() if callable(source) else source
         try:
@@ -211,7 +219,7 @@ class Snowflake:
         source = self._worker_source
         floor_tick = -1
         if isinstance(source, WorkerLease):
-            claim = source.claim(lambda: self.last_unix_ms)
+            claim = source.claim(self._high_water_ms)
             worker = self._resolve("worker", claim.worker)
             self._valid_until_ns = claim.expires_ns if claim.expires_ns is not None else _NEVER
             if claim.floor_unix_ms >= layout.epoch_ms:
