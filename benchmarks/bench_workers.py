@@ -1,0 +1,160 @@
+"""Benchmarks of the worker-ID machinery, each against a baseline measured in the same run.
+
+1. Redis issuer (seed 004): one round trip per ID (``next_id``) vs batched ``INCRBY``
+   (``next_ids(4096)``). Target: the batch reaches >= 10x the per-ID rate.
+2. ``Snowflake.next_id`` with a leased worker ID (Redis, and a SQLite table) vs a fixed
+   worker ID. Target: >= 0.95x, i.e. renewal stays off the hot path.
+
+Run::
+
+    python benchmarks/bench_workers.py [--redis-url redis://127.0.0.1:6379/0] [--seconds 1]
+
+Each figure is the best of ``--rounds`` timed runs, alternating the variants so that load
+from other processes hits them alike. Needs a Redis server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+import sqlalchemy as sa
+
+from snowshard import Layout, Snowflake
+from snowshard.redis_issuer import RedisIssuer
+from snowshard.workers import DatabaseLease, Lease, RedisLease, create_table
+
+DEFAULT_REDIS = os.environ.get("SNOWSHARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def rate(issue: Callable[[], int], seconds: float) -> float:
+    """IDs per second of ``issue()`` (which returns how many IDs it made) over ``seconds``."""
+    made = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        made += issue()
+        now = time.perf_counter()
+        if now >= deadline:
+            return made / (now - start)
+
+
+def best_of(
+    variants: dict[str, Callable[[], int]], seconds: float, rounds: int
+) -> dict[str, float]:
+    """The best rate of each variant over ``rounds`` alternating runs."""
+    best = dict.fromkeys(variants, 0.0)
+    for _ in range(rounds):
+        for name, issue in variants.items():
+            best[name] = max(best[name], rate(issue, seconds))
+    return best
+
+
+def loop_of(next_id: Callable[[], int], n: int = 1000) -> Callable[[], int]:
+    """``n`` calls of ``next_id`` per measurement step (keeps timer overhead out)."""
+
+    def issue() -> int:
+        for _ in range(n):
+            next_id()
+        return n
+
+    return issue
+
+
+Row = tuple[str, float, str, float]  # name, IDs/s, target text, target ratio (0: baseline)
+
+
+def bench_issuer(url: str, prefix: str, seconds: float, rounds: int) -> list[Row]:
+    layout = Layout(datacenter_bits=5, worker_bits=5)
+    with RedisIssuer(url, layout, key_prefix=prefix + "seq") as issuer:
+        per_id = loop_of(issuer.next_id, 200)
+
+        def batch() -> int:
+            return len(issuer.next_ids(4096))
+
+        best = best_of({"per_id": per_id, "batch": batch}, seconds, rounds)
+    return [
+        ("Redis issuer, next_id (1 round trip/ID)", best["per_id"], "baseline", 0.0),
+        ("Redis issuer, next_ids(4096) (INCRBY)", best["batch"], ">= 10x", 10.0),
+    ]
+
+
+def bench_leases(url: str, prefix: str, seconds: float, rounds: int) -> list[Row]:
+    layout = Layout()
+    leases: list[Lease] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = sa.create_engine(f"sqlite:///{Path(tmp) / 'leases.sqlite3'}")
+        try:
+            create_table(engine)
+            redis_lease = RedisLease(url, layout, key_prefix=prefix + "workers")
+            db_lease = DatabaseLease(engine, layout)
+            leases += [redis_lease, db_lease]
+            fixed = Snowflake(layout, worker=5)
+            on_redis = Snowflake(layout, worker=redis_lease)
+            on_db = Snowflake(layout, worker=db_lease)
+            best = best_of(
+                {
+                    "fixed": loop_of(fixed.next_id),
+                    "redis": loop_of(on_redis.next_id),
+                    "db": loop_of(on_db.next_id),
+                },
+                seconds,
+                rounds,
+            )
+        finally:
+            for lease in leases:
+                lease.close()
+            engine.dispose()
+    return [
+        ("Snowflake.next_id, fixed worker", best["fixed"], "baseline", 0.0),
+        ("Snowflake.next_id, RedisLease (ttl 10 s)", best["redis"], ">= 0.95x", 0.95),
+        ("Snowflake.next_id, DatabaseLease (SQLite)", best["db"], ">= 0.95x", 0.95),
+    ]
+
+
+def table(rows: list[Row]) -> tuple[str, bool]:
+    """Format rows (name, IDs/s, target text, target ratio); the first row is the baseline."""
+    base = rows[0][1]
+    lines = [f"{'benchmark':<44} {'IDs/s':>12} {'ratio':>8}  target"]
+    ok = True
+    for name, value, target, needed in rows:
+        ratio = value / base
+        verdict = "" if not needed else ("  ok" if ratio >= needed else "  MISSED")
+        ok = ok and (not needed or ratio >= needed)
+        lines.append(f"{name:<44} {value:>12,.0f} {ratio:>7.2f}x  {target}{verdict}")
+    return "\n".join(lines), ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS)
+    parser.add_argument("--seconds", type=float, default=0.5, help="per timed run")
+    parser.add_argument("--rounds", type=int, default=7, help="timed runs per variant")
+    args = parser.parse_args(argv)
+    prefix = f"snowshard:bench:{secrets.token_hex(4)}:"
+    try:
+        issuer_rows = bench_issuer(args.redis_url, prefix, args.seconds, args.rounds)
+        lease_rows = bench_leases(args.redis_url, prefix, args.seconds, args.rounds)
+    finally:
+        with redis.Redis.from_url(args.redis_url) as client:
+            keys = list(client.scan_iter(match=prefix + "*", count=1000))
+            if keys:
+                client.delete(*keys)
+    ok = True
+    print(f"Python {sys.version.split()[0]}, best of {args.rounds} x {args.seconds:g} s\n")
+    for rows in (issuer_rows, lease_rows):
+        text, passed = table(rows)
+        ok = ok and passed
+        print(text, end="\n\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""Worker IDs leased from Redis: :class:`RedisLease`, and seed 001's :func:`join_cluster`.
+
+Keys under ``key_prefix`` (default ``snowshard:workers``), for each worker ID ``w``:
+
+``<prefix>:lease:<w>``
+    the holder's token (``host:pid:random``), with a ``PX`` TTL; present = taken.
+``<prefix>:info:<w>``
+    a hash kept forever: ``hw`` (the high-water mark of its holders, Unix ms), ``clean``
+    (``1`` once the last holder released the lease), ``ttl`` (its TTL in ms), ``holder``
+    (its token), ``exp`` (when its lease expires or expired, Redis clock, Unix ms).
+``<prefix>:ready``
+    Unix ms (Redis clock) from which worker IDs may be granted; see below.
+
+Every step is one Lua script, so "find a free ID and take it" is atomic: a free ID is one
+whose lease key is absent (never taken, released or expired), so IDs are reused.
+
+A Redis restarted without persistence forgets every lease while their holders still run
+until their deadlines. When ``<prefix>:ready`` is missing, the first client reads the
+server's uptime and, if it is shorter than ``ttl`` + 1 s, grants nothing until then, so no
+lease that may still be live is handed out twice. A Redis that evicts keys
+(``maxmemory-policy`` other than ``noeviction``) can drop lease keys: do not use one.
+Keys are computed inside the scripts, so Redis Cluster is not supported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from snowshard.layout import Layout
+from snowshard.workers._redis import connect
+from snowshard.workers.errors import WorkerConfigError, WorkerIdsExhausted
+from snowshard.workers.lease import Grant, Lease, NotYet
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+__all__ = ["DEFAULT_COUNTER_KEY", "DEFAULT_KEY_PREFIX", "RedisLease", "join_cluster"]
+
+DEFAULT_KEY_PREFIX = "snowshard:workers"
+DEFAULT_COUNTER_KEY = "snowshard:worker-counter"
+
+_ACQUIRE = """
+local prefix, token = ARGV[1], ARGV[2]
+local ttl, count, prefer = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ready = redis.call('GET', KEYS[1])
+if not ready then return {-3} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now < tonumber(ready) then return {-2, tonumber(ready) - now} end
+local function take(w)
+  if redis.call('SET', prefix .. ':lease:' .. w, token, 'NX', 'PX', ttl) then
+    local info = prefix .. ':info:' .. w
+    local h = redis.call('HMGET', info, 'hw', 'clean', 'ttl', 'holder', 'exp')
+    local hw = tonumber(h[1] or '0')
+    if tonumber(ARGV[6]) > hw then hw = tonumber(ARGV[6]) end
+    redis.call('HSET', info, 'clean', '0', 'ttl', ARGV[3], 'holder', token,
+               'exp', string.format('%d', now + ttl), 'hw', string.format('%d', hw))
+    return {w, h[1] or '0', h[2] or '1', h[3] or '0', h[4] or '', h[5] or '0'}
+  end
+  return false
+end
+if prefer >= 0 and prefer < count then
+  local got = take(prefer)
+  if got then return got end
+end
+for w = 0, count - 1 do
+  local got = take(w)
+  if got then return got end
+end
+local out = {-1, count}
+for w = 0, math.min(count, 5) - 1 do
+  local key = prefix .. ':lease:' .. w
+  out[#out + 1] = w
+  out[#out + 1] = redis.call('GET', key) or '?'
+  out[#out + 1] = redis.call('PTTL', key)
+end
+return out
+"""
+
+_RENEW = """
+local key, info = ARGV[1] .. ':lease:' .. ARGV[2], ARGV[1] .. ':info:' .. ARGV[2]
+if redis.call('GET', key) ~= ARGV[3] then return 0 end
+redis.call('PEXPIRE', key, ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', info, 'exp', string.format('%d', now + tonumber(ARGV[4])))
+if tonumber(ARGV[5]) > tonumber(redis.call('HGET', info, 'hw') or '0') then
+  redis.call('HSET', info, 'hw', ARGV[5])
+end
+return 1
+"""
+
+_RELEASE = """
+local key, info = ARGV[1] .. ':lease:' .. ARGV[2], ARGV[1] .. ':info:' .. ARGV[2]
+if redis.call('GET', key) ~= ARGV[3] then return 0 end
+if tonumber(ARGV[4]) > tonumber(redis.call('HGET', info, 'hw') or '0') then
+  redis.call('HSET', info, 'hw', ARGV[4])
+end
+redis.call('HSET', info, 'clean', '1')
+redis.call('DEL', key)
+return 1
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisLease(Lease):
+    """A worker ID leased from Redis with a TTL, renewed in the background.
+
+    :param redis: a URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS) or
+        a ``redis.Redis`` client (then its own timeouts and retries apply, and it is not
+        closed by :meth:`close`).
+    :param layout: the generator's layout: IDs 0..``layout.max_worker`` are leased.
+    :param key_prefix: the namespace; generators that must not share worker IDs share it
+        (use one per datacenter ID).
+    :param ttl: seconds a lease outlives its holder's last renewal.
+    :param timeout: socket timeout for a URL's client (default ``min(ttl / 4, 2)`` s).
+
+    See :class:`~snowshard.workers.lease.Lease` for renewal, deadlines and fork.
+    """
+
+    def __init__(
+        self,
+        redis: str | Redis,
+        layout: Layout | None = None,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        ttl: float = 10.0,
+        renew_every: float | None = None,
+        margin: float | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(layout, ttl=ttl, renew_every=renew_every, margin=margin)
+        if not key_prefix or not isinstance(key_prefix, str):
+            raise WorkerConfigError(f"key_prefix must be a non-empty str, got {key_prefix!r}")
+        self.key_prefix = key_prefix
+        self._client, self._owns_client, self._where = connect(
+            redis, timeout=timeout if timeout is not None else min(self.ttl / 4, 2.0)
+        )
+        self._ready_key = f"{key_prefix}:ready"
+        self._acquire_script = self._client.register_script(_ACQUIRE)
+        self._renew_script = self._client.register_script(_RENEW)
+        self._release_script = self._client.register_script(_RELEASE)
+
+    def _describe(self) -> str:
+        return f"{self._where}, key prefix {self.key_prefix!r}"
+
+    def _acquire(self, prefer: int | None, high_water_ms: int) -> Grant:
+        args: list[str | int] = [
+            self.key_prefix,
+            self._token,
+            self._ttl_ms,
+            self._count,
+            -1 if prefer is None else prefer,
+            high_water_ms,
+        ]
+        for _ in range(3):
+            sent = time.monotonic_ns()
+            reply = self._acquire_script(keys=[self._ready_key], args=args)
+            code = int(reply[0])
+            if code == -3:
+                self._mark_ready()
+                continue
+            if code == -2:
+                raise NotYet(
+                    f"{self._where} started less than ttl + 1 s ago and has no lease records "
+                    f"under {self.key_prefix!r} (a restart without persistence loses them); "
+                    f"worker IDs are granted again in {int(reply[1])} ms, once every lease "
+                    "it may have forgotten has lapsed",
+                    int(reply[1]),
+                )
+            if code == -1:
+                raise self._exhausted(reply)
+            high_water, clean, ttl_ms, previous, expired = (_text(v) for v in reply[1:6])
+            floor = int(high_water)
+            if clean != "1" and previous != self._token:
+                # It died or lapsed holding the ID: it may have issued up to its deadline,
+                # ttl past its last report, and never after its lease expired.
+                floor = max(floor + int(ttl_ms), int(expired))
+            return Grant(code, floor, sent)
+        raise NotYet(f"{self._where}: {self._ready_key!r} keeps disappearing", 100)
+
+    def _mark_ready(self) -> None:
+        """Create ``<prefix>:ready``: now, or later if Redis may have just lost leases."""
+        try:
+            uptime_s = int(self._client.info("server").get("uptime_in_seconds", 0))
+        except Exception:  # noqa: BLE001 - INFO may be disabled: assume a fresh restart
+            uptime_s = 0
+        seconds, micros = self._client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        wait_ms = max(0, self._ttl_ms + 1000 - uptime_s * 1000)
+        self._client.set(self._ready_key, now_ms + wait_ms, nx=True)
+
+    def _exhausted(self, reply: list[Any]) -> WorkerIdsExhausted:
+        count = int(reply[1])
+        holders = []
+        for i in range(2, len(reply), 3):
+            holders.append(
+                f"{int(reply[i])} by {_text(reply[i + 1])} (expires in {int(reply[i + 2])} ms)"
+            )
+        more = f", and {count - len(holders)} more" if count > len(holders) else ""
+        return WorkerIdsExhausted(
+            f"all {count} worker IDs (0..{count - 1}) under {self.key_prefix!r} in "
+            f"{self._where} are leased: {'; '.join(holders)}{more}. Wait up to "
+            f"{self.ttl:g} s for a dead holder's lease to expire, close unused leases, or "
+            "widen worker_bits"
+        )
+
+    def _renew(self, worker: int, high_water_ms: int) -> bool:
+        args: list[str | int] = [self.key_prefix, worker, self._token, self._ttl_ms, high_water_ms]
+        return int(self._renew_script(args=args)) == 1
+
+    def _release(self, worker: int, high_water_ms: int) -> None:
+        self._release_script(args=[self.key_prefix, worker, self._token, high_water_ms])
+
+    def _close_store(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+
+def join_cluster(
+    redis: str | Redis,
+    layout: Layout | None = None,
+    *,
+    key: str = DEFAULT_COUNTER_KEY,
+    timeout: float = 5.0,
+) -> int:
+    """Seed 001's ``JoinCluster``: a worker ID from a Redis ``INCR``, never reused.
+
+    Returns ``(INCR(key) - 1) mod (max_worker + 1)``: the first process gets 0, the next 1,
+    and so on. Simple, with no renewal, but after ``max_worker + 1`` joins the count wraps
+    to IDs that long-running processes may still use. Use :class:`RedisLease` when
+    processes restart often. The result is a plain ``int``: a forked child refuses to
+    issue IDs with it.
+    """
+    layout = layout if layout is not None else Layout()
+    client, owned, where = connect(redis, timeout=timeout)
+    try:
+        count = int(client.incr(key))
+    except Exception as exc:
+        from snowshard.workers.errors import LeaseBackendError
+
+        raise LeaseBackendError(
+            f"{where} failed on INCR {key!r}: {type(exc).__name__}: {exc}; no worker ID "
+            "was assigned. Check that Redis is reachable"
+        ) from exc
+    finally:
+        if owned:
+            client.close()
+    return (count - 1) % (layout.max_worker + 1)

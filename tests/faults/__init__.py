@@ -1,0 +1,1 @@
+"""Fault tests: leases and the Redis issuer under crashes, pauses, outages and clock jumps."""

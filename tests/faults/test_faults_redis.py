@@ -1,0 +1,116 @@
+"""Redis going away under running generators: leases and the issuer, on a private server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from snowshard import Layout
+from tests.faults.conftest import Child, wall_ms
+from tests.faults.servers import RedisServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+TTL = 0.6
+LAYOUT = Layout()
+
+
+def mark_empty(server: RedisServer, prefix: str) -> None:
+    """Tell leases that this brand-new server holds no leases (skips the restart grace)."""
+    with redis.Redis.from_url(server.url) as client:
+        client.set(f"{prefix}:ready", 0)
+
+
+@pytest.mark.parametrize("outage", ["restart", "pause"])
+def test_generators_stop_within_the_ttl_and_resume_without_duplicates(
+    outage: str, tmp_path: Path, spawn: Callable[..., Child]
+) -> None:
+    """Redis stopped or frozen past the TTL: holders stop in time, resume, repeat no ID."""
+    # Three lease holders. "restart" loses Redis's data (no persistence), "pause" SIGSTOPs it.
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        mark_empty(server, "w")
+        holders = [
+            spawn(
+                f"holder{i}", "hold", "--target", server.url, "--prefix", "w",
+                "--ttl", str(TTL), "--interval", "0.002",
+            )
+            for i in range(3)
+        ]
+        workers = {int(str(h.wait_ready()["worker"])) for h in holders}
+        assert workers == {0, 1, 2}
+        time.sleep(0.3)
+        if outage == "restart":
+            server.stop()
+        else:
+            server.pause()
+        down_at = wall_ms()  # Redis answers no more
+        time.sleep(TTL + 0.5)
+        up_at = wall_ms()
+        if outage == "restart":
+            server.start()
+        else:
+            server.resume()
+        for holder in holders:  # restart: after the grace of ttl + 1 s - uptime
+            holder.wait_issued_after(up_at, timeout=TTL + 4)
+        for holder in holders:
+            holder.finish()
+    finally:
+        server.stop()
+    every_id: list[int] = []
+    for holder in holders:
+        record = holder.record()
+        every_id += [value for value, _ in record.ids]
+        issued_at = [LAYOUT.parse(value).unix_ms for value, _ in record.ids]
+        during = [ms for ms in issued_at if down_at < ms < up_at]
+        # the deadline is 0.9 TTL after the last renewal, sent before Redis went away
+        assert max(during, default=down_at) <= down_at + TTL * 1000, "stopped late"
+        refused = [wall for wall, _, _ in record.errors if down_at + TTL * 1000 < wall < up_at]
+        assert refused, "it kept issuing IDs without a lease"
+        after = [wall for _, wall in record.ids if wall > up_at]
+        assert after, "it never resumed"
+        if outage == "restart":  # Redis forgot the leases: no grant before they all lapsed
+            assert min(after) >= up_at + TTL * 1000
+    assert len(every_id) == len(set(every_id)) > 300
+
+
+def test_issuer_fails_cleanly_during_an_outage_and_never_repeats(
+    tmp_path: Path, spawn: Callable[..., Child]
+) -> None:
+    """Two issuer processes across a Redis restart: errors while it is down, no repeats."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        issuers = [
+            spawn(f"issuer{i}", "issue", "--target", server.url, "--prefix", "seq",
+                  "--interval", "0.001")
+            for i in range(2)
+        ]
+        for issuer in issuers:
+            issuer.wait_ready()
+        time.sleep(0.3)
+        server.stop()
+        down_at = wall_ms()
+        time.sleep(0.5)
+        up_at = wall_ms()
+        server.start()
+        for issuer in issuers:
+            issuer.wait_issued_after(up_at, timeout=5)
+            issuer.finish()
+    finally:
+        server.stop()
+    every_id: list[int] = []
+    for issuer in issuers:
+        record = issuer.record()
+        every_id += [value for value, _ in record.ids]
+        issued_at = [LAYOUT.parse(value).unix_ms for value, _ in record.ids]
+        assert not [ms for ms in issued_at if down_at < ms < up_at]  # Redis TIME
+        names = {name for wall, name, _ in record.errors if down_at < wall < up_at}
+        assert names == {"IssuerUnavailable"}
+        assert [wall for _, wall in record.ids if wall > up_at], "it never resumed"
+    assert len(every_id) == len(set(every_id)) > 300
