@@ -1,0 +1,68 @@
+"""Alembic support for sharded tables: operations, autogenerate, a multi-database env.
+
+Importing this package registers the sharded operations on Alembic's ``op``
+(``op.create_sharded_table``, ``op.add_sharded_column``, ...; see
+:mod:`snowshard.migrations.ops`) and their autogenerate renderers (see
+:mod:`snowshard.migrations.autogenerate`). The repository's ``migrations/`` directory is a
+runnable multi-database environment built on them::
+
+    alembic -c migrations/alembic.ini upgrade head
+
+MariaDB/MySQL commit DDL implicitly, so a failed upgrade can leave some physical tables
+changed; the sharded operations skip what is already done, so running the upgrade again
+completes it (details in :mod:`snowshard.migrations.ops`).
+"""
+
+from __future__ import annotations
+
+from snowshard.migrations.autogenerate import (
+    SPECS_OPTION,
+    collapse_sharded_ops,
+    include_database,
+    render_spec,
+    shard_info_of,
+)
+from snowshard.migrations.ops import (
+    DATABASE_OPTION,
+    SENTINEL_TABLE,
+    AddShardedColumnOp,
+    AlterShardedColumnOp,
+    CreateShardedCheckConstraintOp,
+    CreateShardedForeignKeyOp,
+    CreateShardedIndexOp,
+    CreateShardedTableOp,
+    CreateShardedUniqueConstraintOp,
+    DropShardedColumnOp,
+    DropShardedConstraintOp,
+    DropShardedIndexOp,
+    DropShardedTableOp,
+    ShardedOperation,
+    ShardMigrationError,
+    current_database,
+    sharded_operation,
+)
+
+__all__ = [
+    "DATABASE_OPTION",
+    "SENTINEL_TABLE",
+    "SPECS_OPTION",
+    "AddShardedColumnOp",
+    "AlterShardedColumnOp",
+    "CreateShardedCheckConstraintOp",
+    "CreateShardedForeignKeyOp",
+    "CreateShardedIndexOp",
+    "CreateShardedTableOp",
+    "CreateShardedUniqueConstraintOp",
+    "DropShardedColumnOp",
+    "DropShardedConstraintOp",
+    "DropShardedIndexOp",
+    "DropShardedTableOp",
+    "ShardMigrationError",
+    "ShardedOperation",
+    "collapse_sharded_ops",
+    "current_database",
+    "include_database",
+    "render_spec",
+    "shard_info_of",
+    "sharded_operation",
+]
