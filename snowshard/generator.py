@@ -363,8 +363,10 @@ class Snowflake:
             return
         boundary = self._base_ns + target * self._tick_ns
         remaining = boundary - _monotonic_ns()
-        if remaining > 300_000:  # sleep() overshoots by ~100 µs: sleep short, then spin
-            time.sleep((remaining - 200_000) / 1e9)
+        # sleep() overshoots by 0.1-0.5 ms on VMs, a big share of a 1 ms tick: sleep only
+        # long waits (coarse ticks), and spin through the last millisecond
+        if remaining > 2_000_000:
+            time.sleep((remaining - 1_000_000) / 1e9)
         while _monotonic_ns() < boundary:
             pass
 
