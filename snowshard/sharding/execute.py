@@ -1,0 +1,341 @@
+"""The ``do_orm_execute`` hook: running statements that name logical models on shards.
+
+A statement naming a logical model is rewritten (:mod:`~snowshard.sharding.rewrite`) for
+the shards its WHERE clause needs (:mod:`~snowshard.sharding.routing`) and run there:
+
+* one shard: the statement runs on that physical table, as if written for it;
+* no shard key (fan-out) on one database: one statement over a ``UNION ALL`` of the
+  tables, so the database sorts, limits and aggregates (with ORM loader options such as
+  ``selectinload()``, which name the logical class: one statement per table instead);
+* no shard key across databases: one such statement per database, merged in Python
+  (:mod:`~snowshard.sharding.merge`);
+* keys naming several shards (``IN``), or joined binding models: one statement per shard,
+  each with its share of the ``IN`` list, merged in Python;
+* INSERT rows are grouped by shard; UPDATE/DELETE run on each shard needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from sqlalchemy import Insert, Integer, Select, literal
+from sqlalchemy.engine import Result
+from sqlalchemy.exc import CompileError
+from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
+
+from snowshard.sharding.errors import (
+    FanOutForbidden,
+    MissingShardKey,
+    ShardKeyChanged,
+    UnsupportedShardQuery,
+)
+from snowshard.sharding.merge import MergePlan
+from snowshard.sharding.model import ShardedModel, model_classes
+from snowshard.sharding.rewrite import Target, narrow, retarget
+from snowshard.sharding.routing import Route, find_models, route
+
+__all__ = ["BIND_KEY", "route_execute"]
+
+BIND_KEY = "snowshard_database"
+"""``bind_arguments`` key naming the database a rewritten statement runs on."""
+
+
+def _run(state: ORMExecuteState, statement: Any, database: str) -> Result[Any]:
+    return state.invoke_statement(statement, bind_arguments={BIND_KEY: database})
+
+
+def _targets(models: Sequence[ShardedModel], shards: tuple[int, ...]) -> dict[ShardedModel, Target]:
+    return {model: Target(model, shards) for model in models}
+
+
+def _narrowed(
+    route_: Route, targets: Mapping[ShardedModel, Target], shard: int
+) -> dict[int, ClauseElement]:
+    # only a key term whose values span several shards needs its share per shard
+    return {
+        id(t.expr): narrow(t, targets[t.model], shard) for t in route_.terms if len(t.by_shard) > 1
+    }
+
+
+_MEMO_SIZE = 500
+_memo: dict[int, tuple[Any, dict[Any, Any]]] = {}
+"""id(statement) -> (statement, its models and the rewrites that depend on nothing else).
+
+Statements are immutable; an application that runs the same statement object again (a
+module-level query, a relationship loader's cached statement) reuses its rewrite, whose
+SQLAlchemy cache key is then memoized too, as it is for unsharded statements. Holding the
+statement keeps its id unique; the memo is emptied when it reaches ``_MEMO_SIZE``."""
+
+
+def _memo_of(statement: Any) -> dict[Any, Any]:
+    entry = _memo.get(id(statement))
+    if entry is None or entry[0] is not statement:
+        if len(_memo) >= _MEMO_SIZE:
+            _memo.clear()
+        entry = _memo[id(statement)] = (statement, {})
+    return entry[1]
+
+
+def _rewrite(
+    statement: Any,
+    models: Sequence[ShardedModel],
+    shards: tuple[int, ...],
+    route_: Route,
+    shard: int,
+) -> Any:
+    targets = _targets(models, shards)
+    narrowed = _narrowed(route_, targets, shard) if route_.terms else {}
+    if narrowed:
+        return retarget(statement, targets, narrowed)
+    memo = _memo_of(statement)
+    found = memo.get(shards)
+    if found is None:
+        found = retarget(statement, targets)
+        if len(shards) > 1:
+            found = _inline_limits(found)
+        memo[shards] = found
+    return found
+
+
+def _inline_limits(statement: Any) -> Any:
+    """LIMIT/OFFSET of a UNION ALL read rendered as literals, not bound parameters.
+
+    Then the statement has no parameters left when it has no WHERE values, and a
+    PostgreSQL prepared statement (psycopg prepares repeated statements) keeps one
+    generic plan instead of planning the 16-way Merge Append on every execution.
+    """
+    if not isinstance(statement, Select):
+        return statement
+    try:
+        limit, offset = statement._limit, statement._offset
+    except CompileError:
+        return statement
+    if limit is not None:
+        statement = statement.limit(literal(limit, Integer, literal_execute=True))
+    if offset:
+        statement = statement.offset(literal(offset, Integer, literal_execute=True))
+    return statement
+
+
+def _models(statement: Any) -> list[ShardedModel]:
+    memo = _memo_of(statement)
+    found: Optional[list[ShardedModel]] = memo.get("models")
+    if found is None:
+        found = memo["models"] = find_models(statement)
+    return found
+
+
+def _shards(models: Sequence[ShardedModel], route_: Route, what: str) -> list[int]:
+    if route_.shards is None:
+        forbidding = [m.name for m in models if not m.fan_out]
+        if forbidding:
+            keys = " or ".join(k for m in models for k in m.keys)
+            raise FanOutForbidden(
+                f"this {what} has no shard key, so it would read every table of "
+                f"{', '.join(forbidding)}, which declares fan_out=False; add a condition "
+                f"on {keys} (== or IN)"
+            )
+        return list(range(models[0].count))
+    return sorted(route_.shards) or [0]  # an empty IN list: any one shard answers "none"
+
+
+def _dialect(state: ORMExecuteState, model: ShardedModel) -> str:
+    return state.session.get_bind(mapper=model.mappers[0]).dialect.name
+
+
+def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
+    statement = state.statement
+    lead = models[0]
+    shards = _shards(models, route_, "query")
+    if len(shards) == 1:
+        new = _rewrite(statement, models, (shards[0],), route_, shards[0])
+        return _run(state, new, lead.database_of(shards[0]))
+    if not isinstance(statement, Select):
+        raise UnsupportedShardQuery(
+            f"{type(statement).__name__} statements across several shards are not supported; "
+            "query each model with select()"
+        )
+    databases = {db: tuple(i) for db, i in lead.spec.databases.items() if i}
+    # loader options name the logical class, which a union entity is not; physical classes
+    # (one statement per shard) are its subclasses, so the options apply to them
+    options = any(isinstance(o, Load) for o in getattr(statement, "_with_options", ()))
+    if route_.shards is None and len(models) == 1 and not options:
+        if len(databases) == 1:
+            ((database, indices),) = databases.items()
+            return _run(state, _rewrite(statement, models, indices, route_, 0), database)
+        plan = MergePlan(statement, _dialect(state, lead))
+        results = [
+            _run(state, _rewrite(plan.source, models, indices, route_, 0), database)
+            for database, indices in databases.items()
+        ]
+        return plan.merge(results)
+    plan = MergePlan(statement, _dialect(state, lead))
+    results = []
+    for shard in shards:
+        targets = _targets(models, (shard,))
+        new = retarget(plan.source, targets, _narrowed(route_, targets, shard))
+        results.append(_run(state, new, lead.database_of(shard)))
+    return plan.merge(results)
+
+
+def _assigned(statement: Any) -> dict[str, Any]:
+    """Column key -> value of an INSERT/UPDATE's ``values()``."""
+    pairs = (getattr(statement, "_values", None) or {}).items()
+    return {key if isinstance(key, str) else key.key: value for key, value in pairs}
+
+
+def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int]) -> None:
+    for key, value in _assigned(statement).items():
+        if key not in model.keys:
+            continue
+        if isinstance(value, BindParameter) and value.value is not None:
+            if {model.shard_of(key, value.value)} == set(shards):
+                continue
+        raise ShardKeyChanged(
+            f"this update sets {model.name}.{key}, a shard key, to a value that is not in "
+            f"the shard(s) {list(shards)} of the rows it changes; rows cannot move between "
+            "tables: insert a new row and delete the old one"
+        )
+
+
+def _merge(results: Sequence[Result[Any]]) -> Result[Any]:
+    return results[0] if len(results) == 1 else results[0].merge(*results[1:])
+
+
+def _dml(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
+    if len(models) != 1:
+        raise UnsupportedShardQuery(
+            "an UPDATE or DELETE may name one sharded model only "
+            f"(this one names {', '.join(m.name for m in models)})"
+        )
+    model = models[0]
+    what = "update" if state.is_update else "delete"
+    shards = _shards(models, route_, what)
+    if state.is_update:
+        _check_assignments(state.statement, model, shards)
+    results = []
+    for shard in shards:
+        new = _rewrite(state.statement, models, (shard,), route_, shard)
+        results.append(_run(state, new, model.database_of(shard)))
+    return _merge(results)
+
+
+def _rows_by_shard(
+    model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool
+) -> dict[int, list[dict[str, Any]]]:
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for number, source in enumerate(rows):
+        row = dict(source)
+        what = f"row {number}"
+        shard = model.shard_of_values(row, what)
+        if shard is None:
+            if not issue:
+                raise MissingShardKey(
+                    f"{what} of this bulk statement on {model.name} has no shard key; "
+                    f"give {' or '.join(model.keys)} in every row"
+                )
+            key = model.id_key
+            assert key is not None  # issue_id raises without one
+            row[key] = model.issue_id(row, what)
+            shard = model.shard_of(key, row[key])
+        grouped.setdefault(shard, []).append(row)
+    return grouped
+
+
+def _bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
+    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard."""
+    statement = state.statement
+    if isinstance(statement, Insert) and statement._multi_values:
+        raise UnsupportedShardQuery(
+            "insert().values([...]) with several rows is not routed; pass the rows as "
+            "session.execute(insert(Model), [row, ...])"
+        )
+    parameters: Any = state.parameters
+    rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
+    if isinstance(statement, Insert) and not state.is_executemany:
+        rows = [{**_literal_values(statement), **rows[0]}]
+    # an update row whose keys disagree (it would move) raises ShardKeyConflict here
+    grouped = _rows_by_shard(model, rows, isinstance(statement, Insert))
+    results = []
+    session = state.session
+    for shard, group in grouped.items():
+        new = retarget(statement, _targets([model], (shard,)))
+        params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
+        database = model.database_of(shard)
+        saved = getattr(session, "routing_database", None)
+        session.routing_database = database  # type: ignore[attr-defined]
+        try:
+            results.append(
+                session.execute(
+                    new,
+                    params,
+                    execution_options=state.local_execution_options,
+                    bind_arguments={BIND_KEY: database},
+                )
+            )
+        finally:
+            session.routing_database = saved  # type: ignore[attr-defined]
+    return _merge(results)
+
+
+def _literal_values(statement: Any) -> dict[str, Any]:
+    return {
+        key: value.value
+        for key, value in _assigned(statement).items()
+        if isinstance(value, BindParameter)
+    }
+
+
+def _new_only(row: Mapping[str, Any], given: Mapping[str, Any], statement: Any) -> dict[str, Any]:
+    # a single-row insert keeps its values(); only an ID issued here joins the parameters
+    inline = _assigned(statement)
+    return {k: v for k, v in row.items() if k in given or k not in inline}
+
+
+def _check_joins(statement: Any) -> None:
+    for join in getattr(statement, "_setup_joins", ()):
+        for part in join[:2]:
+            prop = getattr(part, "property", None)
+            if isinstance(prop, RelationshipProperty) and (
+                prop.parent.class_ in model_classes or prop.mapper.class_ in model_classes
+            ):
+                raise UnsupportedShardQuery(
+                    f"join({part}) follows a relationship of a sharded model, whose ON clause "
+                    "names the logical table; join with an explicit ON clause instead, e.g. "
+                    ".join(Order, Order.user_id == User.id)"
+                )
+
+
+def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
+    """``do_orm_execute`` hook: run statements naming logical models on their shards."""
+    direct = getattr(state.session, "direct_mapper", None)
+    if direct is not None and state.bind_mapper is direct and not state.statement._with_options:
+        return None  # ShardedSession.get's own SELECT of one physical class
+    if state.is_column_load:
+        return None
+    models = _models(state.statement)
+    if not models:
+        return None
+    _check_joins(state.statement)
+    lead = models[0]
+    for other in models[1:]:
+        if not lead.binds_with(other):
+            raise UnsupportedShardQuery(
+                f"{lead.name} and {other.name} are sharded differently ({lead.strategy!r} "
+                f"over {lead.count} vs {other.strategy!r} over {other.count}), so they cannot "
+                "be joined shard by shard; query them separately"
+            )
+    if state.is_insert or (state.is_executemany and state.is_update):
+        if len(models) != 1:
+            raise UnsupportedShardQuery("an INSERT may name one sharded model only")
+        return _bulk(state, lead)
+    where = getattr(state.statement, "whereclause", None)
+    params = {} if state.is_executemany else (state.parameters or {})
+    route_ = route(models, where, params)  # type: ignore[arg-type]
+    if state.is_select:
+        return _select(state, models, route_)
+    if state.is_update or state.is_delete:
+        return _dml(state, models, route_)
+    raise UnsupportedShardQuery(f"cannot route {type(state.statement).__name__} statements")

@@ -1,0 +1,68 @@
+"""The ``before_flush`` hook: every new or changed sharded row still belongs where it is.
+
+Raised here, an error precedes any SQL of the flush: a row built without a shard key,
+a key changed to another shard's value (moving rows is not an update), a key set to
+None, or a NULL gene parent for an ID still to be issued.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from snowshard.sharding.declare import ROUTED_KEYS
+from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged
+from snowshard.sharding.model import ShardedModel, model_classes
+
+__all__ = ["check_flush"]
+
+
+def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
+    """``before_flush`` hook: every new or changed sharded row still belongs where it is."""
+    for obj in session.new:
+        entry = model_classes.get(type(obj))
+        if entry is None:
+            continue
+        model, shard = entry
+        if shard is None:
+            raise MissingShardKey(
+                f"a {model.name} was built without its shard key; pass "
+                f"{' or '.join(model.keys)} to {model.name}(...), which picks its table"
+            )
+        values = obj.__dict__  # the ORM keeps loaded attribute values here
+        if values.get(ROUTED_KEYS) == tuple(values.get(key) for key in model.keys):
+            gene = model.gene_parent
+            if gene is None or values.get(gene[0]) is not None or values.get(gene[1]) is not None:
+                continue  # keys as the constructor routed them
+        _check_row(obj, model, shard, "new")
+    for obj in session.dirty:
+        entry = model_classes.get(type(obj))
+        if entry is not None and entry[1] is not None:
+            _check_row(obj, entry[0], entry[1], "changed")
+
+
+def _check_row(obj: Any, model: ShardedModel, shard: int, what: str) -> None:
+    label = f"a {what} {model.name} row in {model.tables[shard].name}"
+    present = 0
+    for key in model.keys:
+        value = getattr(obj, key)
+        if value is None:
+            continue
+        present += 1
+        found = model.shard_of(key, value)
+        if found != shard:
+            raise ShardKeyChanged(
+                f"{label} now has {key}={value!r}, which belongs to shard {found}; rows "
+                "cannot move between tables: add a new row and delete this one"
+            )
+    if not present:
+        raise MissingShardKey(
+            f"{label} has {' and '.join(model.keys)} set to None; a row needs its shard key"
+        )
+    default = model.id_default
+    if default is not None and default.gene_from is not None and model.id_key is not None:
+        if getattr(obj, model.id_key) is None and getattr(obj, default.gene_from) is None:
+            raise MissingShardKey(
+                f"{label} takes its ID's gene from {default.gene_from}, which is None; set it"
+            )

@@ -1,0 +1,206 @@
+"""Physical tables and classes of a sharded model.
+
+For ``class Order(Sharded, Base)`` declared with ``Shards(16, ...)``:
+
+* declarative maps ``Order`` to its logical table ``orders``, which is then removed from
+  ``Base.metadata.tables`` (it is never created; foreign keys *from* it still resolve);
+* each physical table ``orders_00`` .. ``orders_15`` is a copy of it
+  (:meth:`~sqlalchemy.schema.Table.to_metadata`) in ``Base.metadata``, with
+  ``table.info["snowshard"] = ShardInfo(spec, index)``; explicitly named indexes and
+  constraints get the physical table's name in place of the logical one;
+* each physical class ``Order_00`` .. ``Order_15`` subclasses ``Order`` as a *concrete*
+  inheriting mapper (polymorphic identity = table index) of its table.
+
+So ``Base.metadata`` holds exactly the tables to create and migrate, and a flush writes
+each object to its own table through the ordinary unit of work. A read of several tables
+of one database uses :func:`union_entity`, a ``with_polymorphic`` entity over a
+``UNION ALL`` of those tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Subquery, Table, event, inspect
+from sqlalchemy.orm import polymorphic_union, with_polymorphic
+from sqlalchemy.sql.naming import conv
+from sqlalchemy.sql.visitors import InternalTraversal
+
+from snowshard.sharding.declare import PENDING_ID, Shards
+from snowshard.sharding.model import ShardedModel, logical_tables, model_classes
+from snowshard.sharding.spec import ShardConfigError, ShardInfo, ShardSpec
+from snowshard.strategies import Gene, Mod, ShardStrategy, colocates_genes
+
+__all__ = ["DISCRIMINATOR", "map_shards", "union_entity"]
+
+DISCRIMINATOR = "snowshard_shard"
+"""Name of the table-index column of the UNION ALL that reads several tables at once."""
+
+
+def _strategy(cls: type, declaration: Shards) -> Any:
+    count = declaration.count
+    strategy = declaration.strategy
+    if strategy is None:
+        return Gene(count) if count & (count - 1) == 0 else Mod(count)
+    if not isinstance(strategy, ShardStrategy):
+        raise ShardConfigError(
+            f"{cls.__name__}: strategy {strategy!r} has no count and shard_of(value); use "
+            "Gene, Mod, Mix or Shift from snowshard.strategies, or an object with both"
+        )
+    if strategy.count != count:
+        raise ShardConfigError(
+            f"{cls.__name__}: strategy {strategy!r} has {strategy.count} shards, but "
+            f"__shards__ declares {count} tables; make them equal"
+        )
+    return strategy
+
+
+def _check_columns(cls: type, table: Table, keys: tuple[str, ...]) -> None:
+    if not keys:
+        raise ShardConfigError(f"{cls.__name__}: Shards(key=...) needs at least one column")
+    for key in keys:
+        if key not in table.c:
+            raise ShardConfigError(
+                f"{cls.__name__}: shard key {key!r} is not a column of {table.name} "
+                f"(columns: {', '.join(table.c.keys())})"
+            )
+    if DISCRIMINATOR in table.c:
+        raise ShardConfigError(f"{cls.__name__}: the column name {DISCRIMINATOR!r} is reserved")
+
+
+def _check_keys(model: ShardedModel) -> None:
+    name = model.name
+    if len(model.keys) == 1:
+        return
+    default = model.id_default
+    others = [k for k in model.keys if k != model.id_key]
+    if (
+        len(others) != 1
+        or model.id_key not in model.keys
+        or default is None
+        or default.gene_from != others[0]
+    ):
+        raise ShardConfigError(
+            f"{name}: several shard keys {model.keys} must name the same shard for every row; "
+            "that holds for (id, parent) when the id is snowflake_pk(..., gene_from=parent)"
+        )
+    if not colocates_genes(model.strategy, default.generator.layout):
+        raise ShardConfigError(
+            f"{name}: {model.strategy!r} does not send {others[0]} and the ID carrying its "
+            f"gene to the same shard (gene_bits={default.generator.layout.gene_bits}); use "
+            f"Gene(n) with n <= 2**gene_bits, or shard by one key"
+        )
+
+
+def _copy_table(logical: Table, name: str) -> Table:
+    assert logical.metadata is not None
+    table = logical.to_metadata(logical.metadata, name=name)
+    given = {item.name for item in (*logical.indexes, *logical.constraints)}  # type: ignore[attr-defined]
+    items: list[Any] = [*table.indexes, *table.constraints]
+    for item in items:
+        old = item.name
+        if isinstance(old, str) and old in given:
+            new = old.replace(logical.name, name) if logical.name in old else f"{name}_{old}"
+            item.name = conv(new) if isinstance(old, conv) else new
+    return table
+
+
+def _physical_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    return object.__new__(cls)
+
+
+def map_shards(
+    cls: type, declaration: Shards, marker: str, per_class: Mapping[str, Any]
+) -> ShardedModel:
+    """Create the physical tables and classes of the freshly mapped logical ``cls``."""
+    mapper: Any = inspect(cls)
+    table = mapper.local_table
+    if not isinstance(table, Table) or table.metadata is None:
+        raise ShardConfigError(f"{cls.__name__}: a sharded model must map a single table")
+    spec = ShardSpec(
+        table.name,
+        declaration.count,
+        declaration.pattern,
+        {key: tuple(indices) for key, indices in declaration.databases.items()},
+    )
+    _check_columns(cls, table, declaration.keys)
+    model = ShardedModel(
+        cls, table, spec, _strategy(cls, declaration), declaration.keys, declaration.fan_out
+    )
+    _check_keys(model)
+    table.metadata.remove(table)
+    width = max(2, len(str(spec.count - 1)))
+    classes = []
+    for index in range(spec.count):
+        physical = _copy_table(table, spec.table_name(index))
+        physical.info["snowshard"] = ShardInfo(spec, index)
+        name = f"{cls.__name__}_{index:0{width}d}"
+        namespace = {
+            "__table__": physical,
+            "__mapper_args__": {"concrete": True, "polymorphic_identity": index},
+            "__module__": cls.__module__,
+            "__qualname__": name,
+            "__doc__": f"Rows of {cls.__name__} in table {physical.name} (shard {index}).",
+            "__new__": _physical_new,  # no routing: the class is the table
+            # the logical class's own constructor, so that the ORM instruments it once
+            # (inheriting the logical class's instrumented __init__ would wrap it twice)
+            "__init__": mapper.class_manager.original_init,
+            marker: index,
+            **per_class,
+        }
+        classes.append(type(name, (cls,), namespace))
+    model.classes = tuple(classes)
+    model.mappers = tuple(inspect(c) for c in classes)
+    model.tables = tuple(m.local_table for m in model.mappers)  # type: ignore[misc]
+
+    def apply_pending_id(target: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        pending = target.__dict__.pop(PENDING_ID, None)
+        if pending is not None and model.id_key is not None:
+            kwargs.setdefault(model.id_key, pending)
+
+    if model.issues_ids:
+        event.listen(cls, "init", apply_pending_id, propagate=True)
+    logical_tables[table] = model
+    model_classes[cls] = (model, None)
+    model_classes.update((klass, (model, index)) for index, klass in enumerate(classes))
+    return model
+
+
+class ShardUnion(Subquery):
+    """The UNION ALL of some tables of a model, as a subquery with a constant cache key.
+
+    A statement's cache key is computed on every execution by walking the statement; this
+    subquery's key is its model and tables (which fully determine its SQL) instead of its
+    16 SELECTs, so statements reading many tables stay as cheap to look up as one.
+    """
+
+    inherit_cache = True  # so that its annotated (ORM) copies use the key below too
+    _cache_key_traversal = [
+        ("snowshard_key", InternalTraversal.dp_string),
+        ("_annotations", InternalTraversal.dp_annotations_key),
+    ]
+    snowshard_key: str
+
+
+def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
+    """A ``with_polymorphic`` entity reading ``shards`` of ``model`` as one UNION ALL.
+
+    Rows load as instances of their physical classes. Cached per set of shards.
+    """
+    entity = model.unions.get(shards)
+    if entity is None:
+        compound = polymorphic_union(  # type: ignore[no-untyped-call]
+            {index: model.tables[index] for index in shards}, DISCRIMINATOR
+        ).element
+        union = ShardUnion._construct(compound, name=model.table.name)
+        union.snowshard_key = f"{id(model)}:{model.table.name}:{','.join(map(str, shards))}"
+        entity = with_polymorphic(
+            model.cls,
+            [model.classes[index] for index in shards],
+            selectable=union,
+            polymorphic_on=union.c[DISCRIMINATOR],
+            adapt_on_names=True,
+        )
+        model.unions[shards] = entity
+    return entity

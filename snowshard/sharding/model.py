@@ -1,0 +1,218 @@
+"""What snowshard knows about one sharded model: :class:`ShardedModel`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+from sqlalchemy import Column, Table
+from sqlalchemy.orm import Mapper
+from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
+
+from snowshard.errors import SnowshardError
+from snowshard.orm.defaults import SnowflakeDefault
+from snowshard.sharding.errors import (
+    InvalidShardKey,
+    MissingShardKey,
+    ShardKeyConflict,
+    ShardKeyTypeError,
+    UnknownShard,
+)
+from snowshard.sharding.spec import ShardSpec
+from snowshard.strategies import Gene, Mod
+
+__all__ = ["ShardedModel", "logical_tables", "model_classes"]
+
+
+def _is_integer(type_: TypeEngine[Any]) -> bool:
+    if isinstance(type_, TypeDecorator):
+        return _is_integer(type_.impl_instance)
+    return isinstance(type_, Integer)
+
+
+class ShardedModel:
+    """A logical model, its physical classes and tables, and how rows map to shards.
+
+    Get it with :func:`snowshard.sharding.sharded_model`. ``classes[i]``, ``mappers[i]``
+    and ``tables[i]`` belong to shard ``i``; ``table`` is the logical table, in no
+    ``MetaData.tables`` (it is never created).
+    """
+
+    def __init__(
+        self,
+        cls: type,
+        table: Table,
+        spec: ShardSpec,
+        strategy: Any,
+        keys: Sequence[str],
+        fan_out: bool,
+    ) -> None:
+        self.cls = cls
+        self.table = table
+        self.spec = spec
+        self.strategy = strategy
+        self.keys = tuple(keys)
+        self.fan_out = fan_out
+        self.count = spec.count
+        self.classes: tuple[type, ...] = ()
+        self.mappers: tuple[Mapper[Any], ...] = ()
+        self.tables: tuple[Table, ...] = ()
+        self.key_columns: dict[str, Column[Any]] = {k: table.c[k] for k in self.keys}
+        self._integer = frozenset(c.key for c in table.c if _is_integer(c.type))
+        pk = list(table.primary_key.columns)
+        self.id_key: Optional[str] = pk[0].key if len(pk) == 1 else None
+        arg = getattr(pk[0].default, "arg", None) if len(pk) == 1 else None
+        self.id_default: Optional[SnowflakeDefault] = (
+            arg if isinstance(arg, SnowflakeDefault) else None
+        )
+        self.issues_ids = (
+            self.id_key in self.keys
+            and self.id_default is not None
+            and self.id_default.gene_from not in self.keys
+        )
+        """Whether ``Model(...)`` may issue the ID itself (the ID is the only key given)."""
+        self.gene_parent: Optional[tuple[str, str]] = None
+        """(ID key, gene column) when the ID default takes a gene: both None is an error."""
+        if self.id_key is not None and self.id_default is not None and self.id_default.gene_from:
+            self.gene_parent = (self.id_key, self.id_default.gene_from)
+        # Gene and Mod on a non-negative int: skip the generic path (hot in bulk inserts)
+        self._fast: Optional[Callable[[int], int]] = None
+        if type(strategy) is Gene:
+            self._fast = (spec.count - 1).__and__
+        elif type(strategy) is Mod:
+            self._fast = spec.count.__rmod__
+        self.binding = (repr(strategy), spec.count, tuple(sorted(spec.databases.items())))
+        """Models with equal ``binding`` put matching rows in tables of the same index."""
+        self.unions: dict[tuple[int, ...], Any] = {}
+        """Cache of ``with_polymorphic`` entities over several tables (see mapping)."""
+
+    @property
+    def name(self) -> str:
+        return self.cls.__name__
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedModel({self.name}: {self.count} tables {self.spec.table_name(0)}.., "
+            f"key={'/'.join(self.keys)}, strategy={self.strategy!r})"
+        )
+
+    # -- keys ------------------------------------------------------------------------
+
+    def normalize(self, key: str, value: object) -> object:
+        """``value`` as stored and routed: a decimal ``str`` in an integer column -> ``int``."""
+        if key in self._integer:
+            if isinstance(value, str):
+                text = value.strip()
+                if not (text.isascii() and text.isdigit()):
+                    raise InvalidShardKey(
+                        f"{self.name}.{key} = {value!r} is not a decimal integer; "
+                        "pass an int or a string of digits"
+                    )
+                return int(text)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ShardKeyTypeError(
+                    f"{self.name}.{key} must be an int to pick a shard, got "
+                    f"{type(value).__name__} {value!r}"
+                )
+        return value
+
+    def shard_of(self, key: str, value: object) -> int:
+        """The shard of a row whose ``key`` column holds ``value`` (not None)."""
+        if type(value) is int and value >= 0 and self._fast is not None:
+            return self._fast(value)
+        routed = self.normalize(key, value)
+        try:
+            shard = self.strategy.shard_of(routed)
+        except TypeError as exc:
+            raise ShardKeyTypeError(
+                f"{self.name}.{key} = {value!r} cannot pick a shard: {exc}"
+            ) from exc
+        except (ValueError, SnowshardError) as exc:
+            raise InvalidShardKey(
+                f"{self.name}.{key} = {value!r} cannot pick a shard: {exc}"
+            ) from exc
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < self.count:
+            raise UnknownShard(
+                f"{self.strategy!r}.shard_of({routed!r}) returned {shard!r} for "
+                f"{self.name}.{key}; a shard must be an int in 0..{self.count - 1}"
+            )
+        return shard
+
+    def shard_of_values(self, values: Mapping[str, Any], what: str = "row") -> Optional[int]:
+        """The shard named by the keys present (not None) in ``values``, or None if none is.
+
+        Raises :class:`ShardKeyConflict` if two keys name different shards.
+        """
+        found: Optional[tuple[str, int]] = None
+        for key in self.keys:
+            value = values.get(key)
+            if value is None:
+                continue
+            shard = self.shard_of(key, value)
+            if found is not None and found[1] != shard:
+                raise ShardKeyConflict(
+                    f"{what} of {self.name}: {found[0]}={values[found[0]]!r} is in shard "
+                    f"{found[1]} but {key}={value!r} is in shard {shard}; the keys must agree "
+                    "(does the ID carry the parent's gene?)"
+                )
+            found = (key, shard)
+        return None if found is None else found[1]
+
+    def issue_id(self, values: Mapping[str, Any], what: str) -> Any:
+        """A new ID from the model's snowflake default, with the gene its row asks for."""
+        default = self.id_default
+        if default is None or self.id_key is None or self.id_key not in self.keys:
+            raise MissingShardKey(
+                f"{what} of {self.name} has no shard key; set "
+                f"{' or '.join(self.keys)} so the row can be routed to its table"
+            )
+        gene = None
+        if default.gene_from is not None:
+            gene = values.get(default.gene_from)
+            if gene is None:
+                raise MissingShardKey(
+                    f"{what} of {self.name} has no shard key and its ID takes its gene from "
+                    f"{default.gene_from!r}, which is not set; set {default.gene_from}"
+                )
+            gene = self.normalize(default.gene_from, gene)
+        value = default.generator.next_id(gene)
+        column = self.table.c[self.id_key]
+        as_string = bool(getattr(column.type, "as_string", False))
+        return str(value) if as_string else value
+
+    def route_new(self, values: Mapping[str, Any]) -> tuple[int, tuple[Any, ...], Any]:
+        """(shard, key values, ID issued now or None) for a new row with these values.
+
+        The key values are in the order of :attr:`keys`, the issued ID included.
+        """
+        given = tuple(values.get(key) for key in self.keys)
+        if len(given) == 1 and given[0] is not None:  # the usual case, kept short
+            return self.shard_of(self.keys[0], given[0]), given, None
+        shard = self.shard_of_values(values, "a new row")
+        if shard is not None:
+            return shard, given, None
+        new_id = self.issue_id(values, "a new row")
+        assert self.id_key is not None
+        given = tuple(new_id if key == self.id_key else v for key, v in zip(self.keys, given))
+        return self.shard_of(self.id_key, new_id), given, new_id
+
+    # -- placement -------------------------------------------------------------------
+
+    def check_shard(self, shard: object) -> int:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < self.count:
+            raise UnknownShard(f"{self.name} has shards 0..{self.count - 1}, not {shard!r}")
+        return shard
+
+    def database_of(self, shard: int) -> str:
+        return self.spec.database_of(self.check_shard(shard))
+
+    def binds_with(self, other: ShardedModel) -> bool:
+        """Whether rows of ``self`` and ``other`` with equal keys share a table index."""
+        return self.binding == other.binding
+
+
+logical_tables: dict[Table, ShardedModel] = {}
+"""Every logical table of a sharded model, to its model (filled by the mapping)."""
+
+model_classes: dict[type, tuple[ShardedModel, Optional[int]]] = {}
+"""Logical class -> (model, None); physical class -> (model, its shard)."""

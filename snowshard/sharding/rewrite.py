@@ -1,0 +1,97 @@
+"""Turning a statement about logical models into one about physical tables.
+
+:func:`retarget` copies a statement with :func:`sqlalchemy.sql.visitors.replacement_traverse`,
+replacing every reference to a logical model: the entity and its attributes (ORM) or
+its table and columns (Core) become those of a physical class, or of a
+:func:`~snowshard.sharding.mapping.union_entity` reading several tables. Key terms can be
+narrowed to the values of one shard. Nothing is done to SQL text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional, TypeVar
+
+from sqlalchemy import Table, inspect
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.elements import ClauseElement, ColumnClause, ColumnElement
+from sqlalchemy.sql.visitors import replacement_traverse
+
+from snowshard.sharding.mapping import union_entity
+from snowshard.sharding.model import ShardedModel, logical_tables
+from snowshard.sharding.routing import KeyTerm
+
+__all__ = ["Target", "narrow", "retarget"]
+
+_S = TypeVar("_S", bound=Executable)
+
+
+class Target:
+    """What a logical model becomes in one statement: one physical class, or a union."""
+
+    def __init__(self, model: ShardedModel, shards: tuple[int, ...]) -> None:
+        self.model = model
+        self.shards = shards
+        self.entity: Any = (
+            model.classes[shards[0]] if len(shards) == 1 else union_entity(model, shards)
+        )
+        self.inspected: Any = inspect(self.entity)
+        self.selectable: Any = self.inspected.selectable
+
+    def column(self, column: ColumnClause[Any], orm: bool) -> ColumnElement[Any]:
+        if orm:
+            return getattr(self.entity, column.key).__clause_element__()  # type: ignore[no-any-return]
+        found: Optional[ColumnElement[Any]] = self.selectable.c.get(column.key)
+        return found if found is not None else self.selectable.c[column.name]
+
+    def from_clause(self, orm: bool) -> Any:
+        return self.inspected.__clause_element__() if orm else self.selectable
+
+
+def narrow(term: KeyTerm, target: Target, shard: int) -> ColumnElement[bool]:
+    """``term`` restricted to the values that live in ``shard``."""
+    column = target.column(term.column, "parententity" in term.column._annotations)
+    values = term.by_shard.get(shard, [])
+    narrowed: ColumnElement[bool] = column == values[0] if len(values) == 1 else column.in_(values)
+    return narrowed
+
+
+def retarget(
+    statement: _S,
+    targets: Mapping[ShardedModel, Target],
+    replacements: Optional[Mapping[int, ClauseElement]] = None,
+) -> _S:
+    """A copy of ``statement`` naming each model's target instead of its logical table.
+
+    ``replacements`` maps ``id()`` of elements of ``statement`` to what replaces them.
+    """
+    swaps = replacements or {}
+
+    def replace(element: Any) -> Any:
+        swap = swaps.get(id(element))
+        if swap is not None:
+            return swap
+        if isinstance(element, ColumnClause):
+            table = element.table
+            target = targets.get(logical_tables.get(table)) if isinstance(table, Table) else None  # type: ignore[arg-type]
+            if target is not None:
+                return target.column(element, "parententity" in element._annotations)
+            return None
+        if isinstance(element, Table):
+            base = element._deannotate() if element._annotations else element
+            target = targets.get(logical_tables.get(base))  # type: ignore[arg-type]
+            if target is not None:
+                return target.from_clause("parententity" in element._annotations)
+        return None
+
+    copy: Any = replacement_traverse(statement, {}, replace)  # type: ignore[call-overload]
+    subject = statement._propagate_attrs.get("plugin_subject")
+    for target in targets.values():
+        if subject is not None and subject.mapper is target.model.cls.__mapper__:  # type: ignore[attr-defined]
+            # the ORM takes the statement's subject (bind, DML mapper) from these attributes,
+            # which the copy would otherwise keep pointing at the logical mapper
+            copy._set_propagate_attrs(
+                {"compile_state_plugin": "orm", "plugin_subject": target.inspected}
+            )
+            break
+    return copy  # type: ignore[no-any-return]

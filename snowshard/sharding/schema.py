@@ -1,0 +1,116 @@
+"""Creating and dropping every physical table in every database.
+
+::
+
+    create_all(Base.metadata, bind=engine)                                   # one database
+    create_all(Base.metadata, bind=main, databases={"a": engine_a, "b": engine_b})
+    await create_all_async(Base.metadata, bind=async_engine)
+
+A table with ``info["snowshard"]`` is created in the database its
+:class:`~snowshard.sharding.spec.ShardSpec` names (``databases[key]``, or ``bind`` for the
+default database); every other table of the metadata in ``bind``. Each database is
+handled in one transaction. For schema changes over time, hand the same ``MetaData`` to
+Alembic: it holds exactly the physical tables, each tagged with its ``ShardInfo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+from sqlalchemy import Engine, MetaData, Table
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from snowshard.sharding.errors import UnknownDatabase
+from snowshard.sharding.spec import DEFAULT_DATABASE, ShardInfo
+
+__all__ = ["create_all", "create_all_async", "drop_all", "drop_all_async", "tables_by_database"]
+
+_Engine = Union[Engine, AsyncEngine]
+
+
+def tables_by_database(metadata: MetaData) -> dict[Optional[str], list[Table]]:
+    """Tables of ``metadata`` per database key; None holds the unsharded tables."""
+    grouped: dict[Optional[str], list[Table]] = {}
+    for table in metadata.sorted_tables:
+        info = table.info.get("snowshard")
+        key = info.spec.database_of(info.shard) if isinstance(info, ShardInfo) else None
+        grouped.setdefault(key, []).append(table)
+    return grouped
+
+
+def _plan(
+    metadata: MetaData, bind: Optional[_Engine], databases: Optional[Mapping[str, _Engine]]
+) -> list[tuple[_Engine, list[Table]]]:
+    engines = dict(databases or {})
+    per_engine: dict[int, tuple[_Engine, list[Table]]] = {}
+    for key, tables in tables_by_database(metadata).items():
+        engine = engines.get(key) if key is not None else bind
+        if engine is None and key is not None and (key == DEFAULT_DATABASE or not engines):
+            engine = bind
+        if engine is None:
+            if key is None:
+                continue  # unsharded tables and no bind: leave them to the caller
+            raise UnknownDatabase(
+                f"tables {[t.name for t in tables][:3]}... live in database {key!r}; pass "
+                f"databases={{{key!r}: engine}}"
+            )
+        per_engine.setdefault(id(engine), (engine, []))[1].extend(tables)
+    return list(per_engine.values())
+
+
+def create_all(
+    metadata: MetaData,
+    *,
+    bind: Optional[Engine] = None,
+    databases: Optional[Mapping[str, Engine]] = None,
+    checkfirst: bool = True,
+) -> None:
+    """Create every table of ``metadata`` in its database (see the module docstring)."""
+    for engine, tables in _plan(metadata, bind, databases):
+        assert isinstance(engine, Engine)
+        metadata.create_all(engine, tables=tables, checkfirst=checkfirst)
+
+
+def drop_all(
+    metadata: MetaData,
+    *,
+    bind: Optional[Engine] = None,
+    databases: Optional[Mapping[str, Engine]] = None,
+    checkfirst: bool = True,
+) -> None:
+    """Drop every table of ``metadata`` from its database."""
+    for engine, tables in _plan(metadata, bind, databases):
+        assert isinstance(engine, Engine)
+        metadata.drop_all(engine, tables=tables, checkfirst=checkfirst)
+
+
+async def _run_async(
+    method: Any, plan: list[tuple[_Engine, list[Table]]], checkfirst: bool
+) -> None:
+    for engine, tables in plan:
+        assert isinstance(engine, AsyncEngine)
+        async with engine.begin() as conn:
+            await conn.run_sync(method, tables=tables, checkfirst=checkfirst)
+
+
+async def create_all_async(
+    metadata: MetaData,
+    *,
+    bind: Optional[AsyncEngine] = None,
+    databases: Optional[Mapping[str, AsyncEngine]] = None,
+    checkfirst: bool = True,
+) -> None:
+    """:func:`create_all` with async engines."""
+    await _run_async(metadata.create_all, _plan(metadata, bind, databases), checkfirst)
+
+
+async def drop_all_async(
+    metadata: MetaData,
+    *,
+    bind: Optional[AsyncEngine] = None,
+    databases: Optional[Mapping[str, AsyncEngine]] = None,
+    checkfirst: bool = True,
+) -> None:
+    """:func:`drop_all` with async engines."""
+    await _run_async(metadata.drop_all, _plan(metadata, bind, databases), checkfirst)

@@ -1,0 +1,235 @@
+"""Declaring sharded models: physical tables and classes, validation, construction."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, ForeignKey, Index, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from snowshard import Layout, Snowflake
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import (
+    InvalidShardKey,
+    MissingShardKey,
+    ShardConfigError,
+    Sharded,
+    ShardInfo,
+    ShardKeyConflict,
+    ShardKeyTypeError,
+    Shards,
+    UnknownShard,
+    sharded_model,
+)
+from snowshard.strategies import Gene, Mix, Mod
+
+IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=5)
+
+
+def declare(shards: Shards, *, extra: Optional[dict[str, Any]] = None) -> tuple[type, Any]:
+    """A fresh Base with User and a sharded Order declared with ``shards``."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class User(Base):
+        __tablename__ = "users"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+    namespace: dict[str, Any] = {
+        "__tablename__": "orders",
+        "__shards__": shards,
+        "__annotations__": {
+            "id": Mapped[int],
+            "user_id": Mapped[int],
+            "note": Mapped[Optional[str]],
+        },
+        "id": snowflake_pk(IDS, gene_from="user_id"),
+        "user_id": mapped_column(BigInteger, ForeignKey("users.id"), index=True),
+        "note": mapped_column(String(20)),
+        **(extra or {}),
+    }
+    order = type("Order", (Sharded, Base), namespace)
+    return Base, order
+
+
+def test_physical_tables_are_in_the_metadata_with_their_shard_info() -> None:
+    """Base.metadata holds orders_00..orders_15, each tagged ShardInfo(spec, index)."""
+    base, order = declare(Shards(16, key=("id", "user_id")))
+    names = [f"orders_{i:02d}" for i in range(16)]
+    assert sorted(base.metadata.tables) == sorted(names + ["users"])
+    for index, name in enumerate(names):
+        info = base.metadata.tables[name].info["snowshard"]
+        assert info == ShardInfo(sharded_model(order).spec, index)
+        assert info.spec.table_name(index) == name
+
+
+def test_logical_table_is_not_created() -> None:
+    """The logical table 'orders' is mapped but kept out of MetaData.tables."""
+    base, order = declare(Shards(4, key="user_id"))
+    assert order.__table__.name == "orders"
+    assert "orders" not in base.metadata.tables
+
+
+def test_physical_classes_subclass_the_logical_model() -> None:
+    """Order_00..Order_03 are Order subclasses mapped to their own tables."""
+    _, order = declare(Shards(4, key="user_id"))
+    model = sharded_model(order)
+    assert [c.__name__ for c in model.classes] == ["Order_00", "Order_01", "Order_02", "Order_03"]
+    assert all(issubclass(c, order) for c in model.classes)
+    assert [c.__table__.name for c in model.classes] == model.spec.table_names
+    assert sharded_model(model.classes[2]) is model
+
+
+def test_named_indexes_get_the_physical_table_name() -> None:
+    """An explicitly named index is renamed per table, so names stay unique per database."""
+    extra = {"__table_args__": (Index("ix_orders_note", "note"),)}
+    base, _ = declare(Shards(2, key="user_id"), extra=extra)
+    names = {i.name for t in base.metadata.tables.values() for i in t.indexes}
+    assert {"ix_orders_00_note", "ix_orders_01_note"} <= names
+    assert "ix_orders_note" not in names
+
+
+def test_foreign_keys_to_unsharded_tables_are_created() -> None:
+    """Physical tables keep foreign keys to unsharded tables; create_all succeeds."""
+    base, _ = declare(Shards(2, key="user_id"))
+    engine = sa.create_engine("sqlite://")
+    try:
+        base.metadata.create_all(engine)
+        fks = sa.inspect(engine).get_foreign_keys("orders_01")
+    finally:
+        engine.dispose()
+    assert fks[0]["referred_table"] == "users"
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"), [(16, Gene(16)), (10, Mod(10))], ids=["power-of-two", "other"]
+)
+def test_default_strategy(count: int, expected: Any) -> None:
+    """Without a strategy: Gene(n) for a power of two, Mod(n) otherwise."""
+    _, order = declare(Shards(count, key="user_id"))
+    assert sharded_model(order).strategy == expected
+
+
+@pytest.mark.parametrize(
+    ("shards", "message"),
+    [
+        (Shards(16, key="user_id", strategy=Gene(8)), "has 8 shards, but __shards__ declares 16"),
+        (Shards(4, key="user_id", strategy=object()), "has no count and shard_of"),
+        (Shards(4, key="customer_id"), "'customer_id' is not a column"),
+        (Shards(4, key=()), "at least one column"),
+        (Shards(16, key=("id", "user_id"), strategy=Mix(16)), "does not send user_id"),
+        (Shards(32, key=("id", "user_id")), "does not send user_id"),
+        (Shards(4, key=("note", "user_id")), "must name the same shard"),
+        (Shards(4, key="user_id", pattern="orders"), "duplicate table names"),
+        (Shards(4, key="user_id", databases={"a": [0, 1]}), r"tables \[2, 3\] are in no database"),
+    ],
+    ids=[
+        "count",
+        "no-shard_of",
+        "unknown-key",
+        "no-key",
+        "mix-two-keys",
+        "too-many-for-gene",
+        "unrelated-keys",
+        "pattern",
+        "databases",
+    ],
+)
+def test_bad_declarations_raise_shard_config_error(shards: Shards, message: str) -> None:
+    """Each inconsistent declaration raises ShardConfigError naming what to fix."""
+    with pytest.raises(ShardConfigError, match=message):
+        declare(shards)
+
+
+def test_missing_declaration_is_an_error() -> None:
+    """A Sharded subclass without __shards__ is refused at class creation."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    with pytest.raises(ShardConfigError, match="has no __shards__"):
+        type(
+            "Order",
+            (Sharded, Base),
+            {
+                "__tablename__": "orders",
+                "id": mapped_column(BigInteger, primary_key=True),
+                "__annotations__": {"id": Mapped[int]},
+            },
+        )
+
+
+def test_constructor_returns_the_physical_class_of_the_key() -> None:
+    """Order(user_id=1820) is an Order_12 under Gene(16), as 1820 % 16 == 12."""
+    _, order = declare(Shards(16, key=("id", "user_id")))
+    row = order(user_id=1820)
+    assert type(row).__name__ == "Order_12" and isinstance(row, order)
+
+
+def test_constructor_accepts_an_id_of_the_same_shard() -> None:
+    """Both keys given and agreeing: the row goes to their common shard."""
+    _, order = declare(Shards(16, key=("id", "user_id")))
+    row = order(id=IDS.next_id(gene=7), user_id=7)
+    assert type(row).__name__ == "Order_07"
+
+
+def test_model_keyed_by_its_id_issues_the_id_at_construction() -> None:
+    """With key='id', Order(...) gets its snowflake ID at once and the class of its shard."""
+    _, order = declare(Shards(16, key="id", strategy=Mix(16)))
+    row = order(user_id=5)
+    assert row.id is not None
+    assert type(row) is sharded_model(order).classes[Mix(16).shard_of(row.id)]
+    assert row.id % 16 == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({}, MissingShardKey, "no shard key"),
+        ({"note": "x"}, MissingShardKey, "no shard key"),
+        ({"user_id": 1.5}, ShardKeyTypeError, "must be an int"),
+        ({"user_id": True}, ShardKeyTypeError, "must be an int"),
+        ({"user_id": -3}, InvalidShardKey, ">= 0"),
+        ({"user_id": "12a"}, InvalidShardKey, "not a decimal integer"),
+        ({"user_id": 3, "id": IDS.next_id(gene=4)}, ShardKeyConflict, "the keys must agree"),
+    ],
+    ids=["nothing", "no-key", "float", "bool", "negative", "not-decimal", "conflict"],
+)
+def test_bad_keys_at_construction(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """A missing, mistyped or contradictory shard key is refused by the constructor."""
+    _, order = declare(Shards(16, key=("id", "user_id")))
+    with pytest.raises(error, match=message):
+        order(**kwargs)
+
+
+def test_positional_constructor_arguments_are_refused() -> None:
+    """Order(...) takes keywords only, so the key can be seen."""
+    _, order = declare(Shards(4, key="user_id"))
+    with pytest.raises(MissingShardKey, match="keyword arguments only"):
+        order(1)
+
+
+def test_strategy_returning_an_unknown_shard_is_caught() -> None:
+    """A custom strategy answering outside 0..count-1 raises UnknownShard."""
+
+    class Broken:
+        count = 4
+
+        def shard_of(self, value: object) -> int:
+            return 9
+
+    _, order = declare(Shards(4, key="user_id", strategy=Broken()))
+    with pytest.raises(UnknownShard, match=r"returned 9.*0\.\.3"):
+        order(user_id=1)
+
+
+def test_shard_index_outside_the_tables_is_unknown() -> None:
+    """Asking for the database of shard 7 of a 4-table model raises UnknownShard."""
+    _, order = declare(Shards(4, key="user_id"))
+    with pytest.raises(UnknownShard, match="shards 0..3, not 7"):
+        sharded_model(order).database_of(7)

@@ -1,0 +1,232 @@
+"""Bad input at flush and query time: a specific error, raised before any SQL is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Integer, event, func, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from snowshard import Layout, Snowflake
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import (
+    FanOutForbidden,
+    InvalidShardKey,
+    MissingShardKey,
+    Sharded,
+    ShardedSession,
+    ShardKeyChanged,
+    ShardKeyTypeError,
+    Shards,
+    UnknownDatabase,
+    UnsupportedShardQuery,
+    create_all,
+)
+from snowshard.strategies import Mod
+
+IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=9)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Sharded, Base):
+    __tablename__ = "orders"
+    __shards__ = Shards(4, key=("id", "user_id"))
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Ledger(Sharded, Base):
+    __tablename__ = "ledger"
+    __shards__ = Shards(4, key="user_id", fan_out=False)
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class Visit(Sharded, Base):
+    __tablename__ = "visits"
+    __shards__ = Shards(3, key="user_id", strategy=Mod(3))
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class Split(Sharded, Base):
+    __tablename__ = "split"
+    __shards__ = Shards(2, key="user_id", databases={"a": [0], "b": [1]})
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+
+
+@pytest.fixture
+def engine() -> Iterator[sa.Engine]:
+    engine = sa.create_engine("sqlite://")
+    create_all(Base.metadata, bind=engine, databases={"a": engine, "b": engine})
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def log(engine: sa.Engine) -> list[str]:
+    sent: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda c, cur, s, *a: sent.append(s))
+    return sent
+
+
+@pytest.fixture
+def session(engine: sa.Engine, log: list[str]) -> Iterator[ShardedSession]:
+    with ShardedSession(engine) as session:
+        session.add_all([Order(user_id=u, amount=u) for u in range(8)])
+        session.add_all([Ledger(user_id=u) for u in range(8)])
+        session.commit()
+        log.clear()
+        yield session
+
+
+def test_gene_parent_cleared_before_flush(session: ShardedSession, log: list[str]) -> None:
+    """An order whose user_id was set to None after construction is refused at flush."""
+    order = Order(user_id=5)
+    order.user_id = None  # type: ignore[assignment]
+    session.add(order)
+    with pytest.raises(MissingShardKey, match="set to None"):
+        session.flush()
+    assert log == []
+
+
+def test_key_changed_on_a_new_row(session: ShardedSession, log: list[str]) -> None:
+    """A new order whose user_id moved to another shard before flush is refused."""
+    order = Order(user_id=5)
+    order.user_id = 6
+    session.add(order)
+    with pytest.raises(ShardKeyChanged, match="belongs to shard 2"):
+        session.flush()
+    assert log == []
+
+
+def test_key_changed_within_the_shard_is_allowed(session: ShardedSession) -> None:
+    """Changing user_id to another value of the same shard is an ordinary update."""
+    order = session.scalars(select(Order).where(Order.user_id == 1)).one()
+    order.user_id = 5
+    session.commit()
+    assert session.scalar(select(func.count()).select_from(Order).where(Order.user_id == 5)) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("abc", InvalidShardKey), (1.5, ShardKeyTypeError), (-1, InvalidShardKey)],
+    ids=["not-decimal", "float", "negative"],
+)
+def test_bad_key_in_where(
+    session: ShardedSession, log: list[str], value: Any, error: type[Exception]
+) -> None:
+    """A WHERE key value the strategy cannot route raises before the query is sent."""
+    with pytest.raises(error):
+        session.scalars(select(Order).where(Order.user_id == value)).all()
+    assert log == []
+
+
+def test_bad_id_in_get(session: ShardedSession, log: list[str]) -> None:
+    """session.get with an ID of the wrong type raises before any SQL."""
+    with pytest.raises(ShardKeyTypeError):
+        session.get(Order, 1.5)
+    assert log == []
+
+
+def test_decimal_string_key_routes_like_its_number(session: ShardedSession) -> None:
+    """WHERE user_id == '5' reads the table of 5 and finds its row."""
+    assert [o.user_id for o in session.scalars(select(Order).where(Order.user_id == "5"))] == [5]
+
+
+def test_fan_out_forbidden_without_key(session: ShardedSession, log: list[str]) -> None:
+    """A model declared fan_out=False refuses a query without its shard key."""
+    with pytest.raises(FanOutForbidden, match="fan_out=False.*user_id"):
+        session.scalars(select(Ledger)).all()
+    assert log == []
+
+
+def test_fan_out_forbidden_allows_routed_queries(session: ShardedSession) -> None:
+    """The same model answers queries that name its key, even over several shards."""
+    found = session.scalars(select(Ledger.user_id).where(Ledger.user_id.in_([1, 2, 3]))).all()
+    assert sorted(found) == [1, 2, 3]
+
+
+def test_fan_out_forbidden_for_bulk_delete(session: ShardedSession, log: list[str]) -> None:
+    """delete(Ledger) without key raises FanOutForbidden too."""
+    with pytest.raises(FanOutForbidden):
+        session.execute(sa.delete(Ledger).where(Ledger.id > 0))
+    assert log == []
+
+
+def test_bulk_update_moving_rows_is_refused(session: ShardedSession, log: list[str]) -> None:
+    """update(Order).values(user_id=...) into another shard raises ShardKeyChanged."""
+    with pytest.raises(ShardKeyChanged, match="cannot move"):
+        session.execute(update(Order).where(Order.user_id == 1).values(user_id=2))
+    assert log == []
+
+
+def test_having_across_shards_is_unsupported(session: ShardedSession, log: list[str]) -> None:
+    """HAVING cannot be merged from partial groups, so it is refused across shards."""
+    query = (
+        select(Order.user_id, func.count())
+        .where(Order.user_id.in_([1, 2]))
+        .group_by(Order.user_id)
+        .having(func.count() > 0)
+    )
+    with pytest.raises(UnsupportedShardQuery, match="HAVING"):
+        session.execute(query)
+    assert log == []
+
+
+def test_count_distinct_across_shards_is_unsupported(session: ShardedSession) -> None:
+    """COUNT(DISTINCT x) over several shards is refused (it does not add up)."""
+    query = select(func.count(Order.amount.distinct())).where(Order.user_id.in_([1, 2]))
+    with pytest.raises(UnsupportedShardQuery, match="DISTINCT"):
+        session.execute(query)
+
+
+def test_join_of_models_sharded_differently_is_unsupported(session: ShardedSession) -> None:
+    """Orders (Gene(4)) and visits (Mod(3)) cannot be joined shard by shard."""
+    query = select(Order.id, Visit.id).join(Visit, Visit.user_id == Order.user_id)
+    with pytest.raises(UnsupportedShardQuery, match="sharded differently"):
+        session.execute(query)
+
+
+def test_unknown_database(engine: sa.Engine) -> None:
+    """A session without an engine for database 'b' says which one to pass."""
+    with ShardedSession(engine, databases={"a": engine}) as session:
+        with pytest.raises(UnknownDatabase, match="'b'"):
+            session.add(Split(user_id=1))
+            session.flush()
+
+
+def test_empty_in_list_reads_nothing(session: ShardedSession) -> None:
+    """WHERE key IN () returns no rows and a zero count."""
+    assert session.scalars(select(Order).where(Order.user_id.in_([]))).all() == []
+    assert session.scalar(select(func.count()).select_from(Order).where(Order.id.in_([]))) == 0
+
+
+def test_or_of_keys_reads_both_shards(session: ShardedSession, log: list[str]) -> None:
+    """user_id == 1 OR user_id == 2 reads exactly the two shards of 1 and 2."""
+    found = session.scalars(
+        select(Order.user_id).where((Order.user_id == 1) | (Order.user_id == 2))
+    ).all()
+    assert sorted(found) == [1, 2]
+    assert sorted(s.split("FROM ")[1].split()[0] for s in log) == ["orders_01", "orders_02"]
+
+
+def test_nothing_stays_half_routed_after_an_error(session: ShardedSession) -> None:
+    """After a refused flush and a rollback, the session works and the shards are intact."""
+    order = Order(user_id=5)
+    order.user_id = 6
+    session.add(order)
+    with pytest.raises(ShardKeyChanged):
+        session.flush()
+    session.rollback()
+    assert session.scalar(select(func.count()).select_from(Order)) == 8

@@ -1,0 +1,250 @@
+"""Relationships into sharded models, and binding tables joined shard by shard."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Integer, String, event, func, select
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    declared_attr,
+    foreign,
+    mapped_column,
+    relationship,
+    selectinload,
+)
+
+from snowshard import Layout, Snowflake
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import (
+    ShardConfigError,
+    Sharded,
+    ShardedSession,
+    Shards,
+    UnsupportedShardQuery,
+    create_all,
+    sharded_model,
+)
+
+IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=11)
+_TABLE = re.compile(r"\b((?:users|orders|items)_\d\d)\b")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Customer(Base):
+    """An unsharded parent of sharded orders."""
+
+    __tablename__ = "customers"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    orders: Mapped[list[Order]] = relationship(
+        primaryjoin="Customer.id == foreign(Order.user_id)", viewonly=True, order_by="Order.id"
+    )
+
+
+class User(Sharded, Base):
+    """A sharded parent: its ID carries the gene of its e-mail address."""
+
+    __tablename__ = "users"
+    __shards__ = Shards(4, key="id")
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="email")
+    email: Mapped[str] = mapped_column(String(60))
+
+    @declared_attr
+    def orders(cls) -> Mapped[list[Order]]:
+        return relationship(
+            "Order",
+            primaryjoin=lambda: cls.id == foreign(Order.user_id),
+            viewonly=True,
+            order_by=lambda: Order.id,
+        )
+
+
+class Order(Sharded, Base):
+    __tablename__ = "orders"
+    __shards__ = Shards(4, key=("id", "user_id"))
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer, default=0)
+
+    @declared_attr
+    def user(cls) -> Mapped[User]:
+        return relationship(
+            "User", primaryjoin=lambda: foreign(cls.user_id) == User.id, viewonly=True
+        )
+
+
+class Item(Sharded, Base):
+    """Order items: sharded like orders (same strategy and count), by the user's gene."""
+
+    __tablename__ = "items"
+    __shards__ = Shards(4, key=("id", "user_id"))
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    order_id: Mapped[int] = mapped_column(BigInteger)
+    qty: Mapped[int] = mapped_column(Integer)
+
+
+class Sql:
+    """SQL sent to an engine since the last clear()."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.sent: list[str] = []
+        event.listen(engine, "before_cursor_execute", lambda c, cur, s, *a: self.sent.append(s))
+
+    def tables(self) -> list[set[str]]:
+        return [set(_TABLE.findall(s)) for s in self.sent]
+
+    def clear(self) -> None:
+        self.sent.clear()
+
+
+@pytest.fixture
+def shop(db_url: str, database_factory: Any) -> Iterator[tuple[ShardedSession, Sql, list[int]]]:
+    """Six users with two orders of two items each, in one database of each backend."""
+    engine = database_factory.engine(db_url)
+    create_all(Base.metadata, bind=engine)
+    sql = Sql(engine)
+    with ShardedSession(engine) as session:
+        users = [User(email=f"user{i}@example.com") for i in range(6)]
+        session.add_all(users)
+        session.add_all(Customer(id=u.id) for u in users)
+        session.flush()
+        orders = [
+            Order(user_id=u.id, amount=10 * i + j) for i, u in enumerate(users) for j in range(2)
+        ]
+        session.add_all(orders)
+        session.flush()
+        session.add_all(
+            Item(user_id=o.user_id, order_id=o.id, qty=q) for o in orders for q in (1, 2)
+        )
+        session.commit()
+        ids = [u.id for u in users]
+        session.expunge_all()
+        sql.clear()
+        yield session, sql, ids
+
+
+def _shard(user_id: int) -> str:
+    return f"{sharded_model(Order).strategy.shard_of(user_id):02d}"
+
+
+def test_parent_collection_loads_from_one_shard(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """user.orders reads only the orders table the user's gene names."""
+    session, sql, ids = shop
+    user = session.get(User, ids[2])
+    assert user is not None
+    sql.clear()
+    assert [o.amount for o in user.orders] == [20, 21]
+    assert sql.tables() == [{f"orders_{_shard(ids[2])}"}]
+
+
+def test_child_loads_its_parent_from_one_shard(shop: tuple[ShardedSession, Sql, list[int]]) -> None:
+    """order.user reads only the users table of that user."""
+    session, sql, ids = shop
+    order = session.scalars(select(Order).where(Order.user_id == ids[4])).first()
+    assert order is not None
+    sql.clear()
+    assert order.user.email == "user4@example.com"
+    assert sql.tables() == [{f"users_{_shard(ids[4])}"}]
+
+
+def test_unsharded_parent_loads_children_from_one_shard(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """An unsharded customer's orders come from the one table of its id."""
+    session, sql, ids = shop
+    customer = session.get(Customer, ids[1])
+    assert customer is not None
+    sql.clear()
+    assert [o.amount for o in customer.orders] == [10, 11]
+    assert sql.tables() == [{f"orders_{_shard(ids[1])}"}]
+
+
+def test_selectinload_splits_the_parents_per_shard(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """selectinload(Customer.orders) asks each orders table only for its own users."""
+    session, sql, ids = shop
+    customers = session.scalars(select(Customer).options(selectinload(Customer.orders))).all()
+    assert sorted(len(c.orders) for c in customers) == [2] * 6
+    order_tables = [t for t in sql.tables() if t]
+    assert all(len(t) == 1 for t in order_tables)
+    assert {t.pop() for t in order_tables} == {f"orders_{_shard(i)}" for i in ids}
+
+
+def test_loader_options_on_a_fan_out_read_each_table(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """select(User).options(selectinload(User.orders)) works over every users table."""
+    session, _, ids = shop
+    users = session.scalars(
+        select(User).options(selectinload(User.orders)).order_by(User.email)
+    ).all()
+    assert [u.id for u in users] == ids
+    assert [len(u.orders) for u in users] == [2] * 6
+
+
+def test_binding_tables_join_within_one_shard(shop: tuple[ShardedSession, Sql, list[int]]) -> None:
+    """orders JOIN items with a user key is one statement on orders_k JOIN items_k."""
+    session, sql, ids = shop
+    rows = session.execute(
+        select(Order.amount, func.sum(Item.qty))
+        .join(Item, Item.order_id == Order.id)
+        .where(Order.user_id == ids[3])
+        .group_by(Order.amount)
+        .order_by(Order.amount)
+    ).all()
+    assert [tuple(r) for r in rows] == [(30, 3), (31, 3)]
+    assert sql.tables() == [{f"orders_{_shard(ids[3])}", f"items_{_shard(ids[3])}"}]
+
+
+def test_binding_tables_fan_out_pairs_equal_shards(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """Without a key, orders_i is joined with items_i only, never across shards."""
+    session, sql, _ = shop
+    rows = session.execute(
+        select(Order.amount, Item.qty)
+        .join(Item, Item.order_id == Order.id)
+        .order_by(Order.amount.desc(), Item.qty)
+        .limit(4)
+    ).all()
+    assert [tuple(r) for r in rows] == [(51, 1), (51, 2), (50, 1), (50, 2)]
+    assert sql.tables() == [{f"orders_{i:02d}", f"items_{i:02d}"} for i in range(4)]
+
+
+def test_join_through_a_relationship_is_refused(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """join(User.orders) would name the logical table; an explicit ON clause is asked for."""
+    session, sql, _ = shop
+    with pytest.raises(UnsupportedShardQuery, match="explicit ON clause"):
+        session.execute(select(User.email).join(User.orders))
+    assert sql.sent == []
+
+
+def test_plain_relationship_on_a_sharded_model_is_refused() -> None:
+    """A relationship() in a sharded class body must be a @declared_attr."""
+
+    class Other(DeclarativeBase):
+        pass
+
+    namespace: dict[str, Any] = {
+        "__tablename__": "things",
+        "__shards__": Shards(2, key="id"),
+        "__annotations__": {"id": Mapped[int]},
+        "id": snowflake_pk(IDS),
+        "parent": relationship("Thing"),
+    }
+    with pytest.raises(ShardConfigError, match="@declared_attr"):
+        type("Thing", (Sharded, Other), namespace)
