@@ -11,7 +11,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
-from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
+from snowshard.sharding import Sharded, ShardedSession, Shards, UnsupportedShardQuery, create_all
 
 IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=29)
 
@@ -78,3 +78,22 @@ def test_fan_out_statement_is_compiled_once(session: tuple[ShardedSession, list[
         assert len(db.scalars(query, execution_options={"compiled_cache": cache}).all()) == 3
         db.expunge_all()
     assert len(cache) == 1
+
+
+def test_single_row_insert_with_values_is_routed(session: tuple[ShardedSession, list[str]]) -> None:
+    """insert(Order).values(user_id=9) goes to orders_01 and gets an ID with 9's gene."""
+    db, sent = session
+    db.execute(sa.insert(Order).values(user_id=9, amount=90))
+    assert [s.split()[2] for s in sent] == ["orders_01"]
+    (new_id,) = db.execute(select(Order.id).where(Order.user_id == 9)).scalars()
+    assert new_id % 16 == 9
+
+
+def test_multi_row_values_insert_is_refused(session: tuple[ShardedSession, list[str]]) -> None:
+    """insert().values([...]) of several rows asks for the executemany form instead."""
+    db, sent = session
+    with pytest.raises(UnsupportedShardQuery, match="executemany|pass the rows"):
+        db.execute(
+            sa.insert(Order).values([{"user_id": 1, "amount": 1}, {"user_id": 2, "amount": 2}])
+        )
+    assert sent == []

@@ -11,7 +11,8 @@ the shards its WHERE clause needs (:mod:`~snowshard.sharding.routing`) and run t
   (:mod:`~snowshard.sharding.merge`);
 * keys naming several shards (``IN``), or joined binding models: one statement per shard,
   each with its share of the ``IN`` list, merged in Python;
-* INSERT rows are grouped by shard; UPDATE/DELETE run on each shard needed.
+* UPDATE/DELETE run on each shard needed; INSERT rows are grouped by shard
+  (:mod:`~snowshard.sharding.bulk`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from sqlalchemy import Insert, Integer, Select, literal
+from sqlalchemy import Integer, Select, literal
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
+from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk
 from snowshard.sharding.errors import (
     FanOutForbidden,
-    MissingShardKey,
     ShardKeyChanged,
     UnsupportedShardQuery,
 )
@@ -36,10 +37,7 @@ from snowshard.sharding.model import ShardedModel, model_classes
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
 
-__all__ = ["BIND_KEY", "route_execute"]
-
-BIND_KEY = "snowshard_database"
-"""``bind_arguments`` key naming the database a rewritten statement runs on."""
+__all__ = ["route_execute"]
 
 
 def _run(state: ORMExecuteState, statement: Any, database: str) -> Result[Any]:
@@ -180,14 +178,8 @@ def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Rout
     return plan.merge(results)
 
 
-def _assigned(statement: Any) -> dict[str, Any]:
-    """Column key -> value of an INSERT/UPDATE's ``values()``."""
-    pairs = (getattr(statement, "_values", None) or {}).items()
-    return {key if isinstance(key, str) else key.key: value for key, value in pairs}
-
-
 def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int]) -> None:
-    for key, value in _assigned(statement).items():
+    for key, value in assigned(statement).items():
         if key not in model.keys:
             continue
         if isinstance(value, BindParameter) and value.value is not None:
@@ -198,10 +190,6 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
             f"the shard(s) {list(shards)} of the rows it changes; rows cannot move between "
             "tables: insert a new row and delete the old one"
         )
-
-
-def _merge(results: Sequence[Result[Any]]) -> Result[Any]:
-    return results[0] if len(results) == 1 else results[0].merge(*results[1:])
 
 
 def _dml(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
@@ -219,79 +207,7 @@ def _dml(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) 
     for shard in shards:
         new = _rewrite(state.statement, models, (shard,), route_, shard)
         results.append(_run(state, new, model.database_of(shard)))
-    return _merge(results)
-
-
-def _rows_by_shard(
-    model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool
-) -> dict[int, list[dict[str, Any]]]:
-    grouped: dict[int, list[dict[str, Any]]] = {}
-    for number, source in enumerate(rows):
-        row = dict(source)
-        what = f"row {number}"
-        shard = model.shard_of_values(row, what)
-        if shard is None:
-            if not issue:
-                raise MissingShardKey(
-                    f"{what} of this bulk statement on {model.name} has no shard key; "
-                    f"give {' or '.join(model.keys)} in every row"
-                )
-            key = model.id_key
-            assert key is not None  # issue_id raises without one
-            row[key] = model.issue_id(row, what)
-            shard = model.shard_of(key, row[key])
-        grouped.setdefault(shard, []).append(row)
-    return grouped
-
-
-def _bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
-    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard."""
-    statement = state.statement
-    if isinstance(statement, Insert) and statement._multi_values:
-        raise UnsupportedShardQuery(
-            "insert().values([...]) with several rows is not routed; pass the rows as "
-            "session.execute(insert(Model), [row, ...])"
-        )
-    parameters: Any = state.parameters
-    rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
-    if isinstance(statement, Insert) and not state.is_executemany:
-        rows = [{**_literal_values(statement), **rows[0]}]
-    # an update row whose keys disagree (it would move) raises ShardKeyConflict here
-    grouped = _rows_by_shard(model, rows, isinstance(statement, Insert))
-    results = []
-    session = state.session
-    for shard, group in grouped.items():
-        new = retarget(statement, _targets([model], (shard,)))
-        params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
-        database = model.database_of(shard)
-        saved = getattr(session, "routing_database", None)
-        session.routing_database = database  # type: ignore[attr-defined]
-        try:
-            results.append(
-                session.execute(
-                    new,
-                    params,
-                    execution_options=state.local_execution_options,
-                    bind_arguments={BIND_KEY: database},
-                )
-            )
-        finally:
-            session.routing_database = saved  # type: ignore[attr-defined]
-    return _merge(results)
-
-
-def _literal_values(statement: Any) -> dict[str, Any]:
-    return {
-        key: value.value
-        for key, value in _assigned(statement).items()
-        if isinstance(value, BindParameter)
-    }
-
-
-def _new_only(row: Mapping[str, Any], given: Mapping[str, Any], statement: Any) -> dict[str, Any]:
-    # a single-row insert keeps its values(); only an ID issued here joins the parameters
-    inline = _assigned(statement)
-    return {k: v for k, v in row.items() if k in given or k not in inline}
+    return merge_results(results)
 
 
 def _check_joins(statement: Any) -> None:
@@ -330,7 +246,7 @@ def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     if state.is_insert or (state.is_executemany and state.is_update):
         if len(models) != 1:
             raise UnsupportedShardQuery("an INSERT may name one sharded model only")
-        return _bulk(state, lead)
+        return run_bulk(state, lead)
     where = getattr(state.statement, "whereclause", None)
     params = {} if state.is_executemany else (state.parameters or {})
     route_ = route(models, where, params)  # type: ignore[arg-type]

@@ -40,8 +40,9 @@ from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
+from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.errors import UnknownDatabase
-from snowshard.sharding.execute import BIND_KEY, route_execute
+from snowshard.sharding.execute import route_execute
 from snowshard.sharding.flush import check_flush
 from snowshard.sharding.model import model_classes
 from snowshard.sharding.spec import DEFAULT_DATABASE

@@ -1,0 +1,107 @@
+"""INSERT and bulk UPDATE by primary key on a sharded model: rows grouped by shard.
+
+Each row is routed by its shard key; a row without one gets its ID issued here when the
+model is keyed by its snowflake ID. Each group runs as the same statement on its physical
+class, in the database of its table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Insert
+from sqlalchemy.engine import Result
+from sqlalchemy.orm import ORMExecuteState
+from sqlalchemy.sql.elements import BindParameter
+
+from snowshard.sharding.errors import MissingShardKey, UnsupportedShardQuery
+from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.rewrite import Target, retarget
+
+__all__ = ["BIND_KEY", "assigned", "merge_results", "run_bulk"]
+
+BIND_KEY = "snowshard_database"
+"""``bind_arguments`` key naming the database a rewritten statement runs on."""
+
+
+def assigned(statement: Any) -> dict[str, Any]:
+    """Column key -> value of an INSERT/UPDATE's ``values()``."""
+    pairs = (getattr(statement, "_values", None) or {}).items()
+    return {key if isinstance(key, str) else key.key: value for key, value in pairs}
+
+
+def merge_results(results: Sequence[Result[Any]]) -> Result[Any]:
+    return results[0] if len(results) == 1 else results[0].merge(*results[1:])
+
+
+def _rows_by_shard(
+    model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool
+) -> dict[int, list[dict[str, Any]]]:
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for number, source in enumerate(rows):
+        row = dict(source)
+        what = f"row {number}"
+        shard = model.shard_of_values(row, what)
+        if shard is None:
+            if not issue:
+                raise MissingShardKey(
+                    f"{what} of this bulk statement on {model.name} has no shard key; "
+                    f"give {' or '.join(model.keys)} in every row"
+                )
+            key = model.id_key
+            assert key is not None  # issue_id raises without one
+            row[key] = model.issue_id(row, what)
+            shard = model.shard_of(key, row[key])
+        grouped.setdefault(shard, []).append(row)
+    return grouped
+
+
+def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
+    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard."""
+    statement = state.statement
+    if isinstance(statement, Insert) and statement._multi_values:
+        raise UnsupportedShardQuery(
+            "insert().values([...]) with several rows is not routed; pass the rows as "
+            "session.execute(insert(Model), [row, ...])"
+        )
+    parameters: Any = state.parameters
+    rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
+    if isinstance(statement, Insert) and not state.is_executemany:
+        rows = [{**_literal_values(statement), **rows[0]}]
+    # an update row whose keys disagree (it would move) raises ShardKeyConflict here
+    grouped = _rows_by_shard(model, rows, isinstance(statement, Insert))
+    results = []
+    session = state.session
+    for shard, group in grouped.items():
+        new = retarget(statement, {model: Target(model, (shard,))})
+        params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
+        database = model.database_of(shard)
+        saved = getattr(session, "routing_database", None)
+        session.routing_database = database  # type: ignore[attr-defined]
+        try:
+            results.append(
+                session.execute(
+                    new,
+                    params,
+                    execution_options=state.local_execution_options,
+                    bind_arguments={BIND_KEY: database},
+                )
+            )
+        finally:
+            session.routing_database = saved  # type: ignore[attr-defined]
+    return merge_results(results)
+
+
+def _literal_values(statement: Any) -> dict[str, Any]:
+    return {
+        key: value.value
+        for key, value in assigned(statement).items()
+        if isinstance(value, BindParameter)
+    }
+
+
+def _new_only(row: Mapping[str, Any], given: Mapping[str, Any], statement: Any) -> dict[str, Any]:
+    # a single-row insert keeps its values(); only an ID issued here joins the parameters
+    inline = assigned(statement)
+    return {k: v for k, v in row.items() if k in given or k not in inline}
