@@ -38,10 +38,9 @@ from snowshard.errors import (
     FieldOutOfRange,
     IdTypeError,
     LayoutError,
-    LayoutExpired,
     WorkerIdError,
 )
-from snowshard.genes import gene_of, key_to_int
+from snowshard.genes import key_to_int
 from snowshard.layout import Layout, TimeLike
 from snowshard.workers.host import HostWorker
 
@@ -371,23 +370,12 @@ class Snowflake:
             pass
 
     def _expired(self, tick: int) -> None:
-        raise LayoutExpired(
-            f"tick {tick} does not fit the layout's {self.layout.timestamp_bits}-bit timestamp "
-            f"(it ended at {self.layout.expires_at.isoformat()}); move to a layout with a "
-            "later epoch or more timestamp bits"
-        )
+        raise self.layout.expired(tick)
 
     # -- issuing -----------------------------------------------------------------------
 
     def _gene(self, gene: object) -> int:
-        if gene is None:
-            return 0
-        if self.layout.gene_bits == 0:
-            raise LayoutError(
-                f"gene={gene!r} given, but this layout has gene_bits=0; build the Layout "
-                "with gene_bits=n to carry a parent key's low bits"
-            )
-        return gene_of(gene, self.layout.gene_bits)
+        return 0 if gene is None else self.layout.gene_for(gene)
 
     def next_id(self, gene: object = None) -> int:
         """The next ID; with ``gene``, its low bits equal ``gene_of(gene, gene_bits)``."""

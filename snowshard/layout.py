@@ -27,6 +27,7 @@ from snowshard.errors import (
     LayoutError,
     LayoutExpired,
 )
+from snowshard.genes import gene_of
 
 __all__ = ["DEFAULT_EPOCH", "Layout", "Parts", "TimeLike", "to_unix_ms"]
 
@@ -269,6 +270,23 @@ class Layout:
                 f"{self.expires_at.isoformat()}; use a later epoch or more timestamp_bits"
             )
         return ticks
+
+    def gene_for(self, key: object) -> int:
+        """The gene a child of parent ``key`` carries; refused when ``gene_bits`` is 0."""
+        if self.gene_bits == 0:
+            raise LayoutError(
+                f"gene={key!r} given, but this layout has gene_bits=0; build the Layout "
+                "with gene_bits=n to carry a parent key's low bits"
+            )
+        return gene_of(key, self.gene_bits)
+
+    def expired(self, tick: int) -> LayoutExpired:
+        """The error for a tick past the end of the timestamp field."""
+        return LayoutExpired(
+            f"tick {tick} does not fit the layout's {self.timestamp_bits}-bit timestamp "
+            f"(it ended at {self.expires_at.isoformat()}); move to a layout with a later "
+            "epoch or more timestamp bits"
+        )
 
     def unix_ms_of_ticks(self, ticks: int) -> int:
         return self.epoch_ms + ticks * self.tick_ms

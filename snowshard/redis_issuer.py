@@ -43,10 +43,8 @@ from snowshard.errors import (
     ClockMovedBackwards,
     FieldOutOfRange,
     LayoutError,
-    LayoutExpired,
     SnowshardError,
 )
-from snowshard.genes import gene_of
 from snowshard.layout import Layout
 from snowshard.workers._redis import connect, import_redis
 
@@ -249,21 +247,10 @@ class RedisIssuer:
             ) from exc
 
     def _gene(self, gene: object) -> int:
-        if gene is None:
-            return 0
-        if self.layout.gene_bits == 0:
-            raise LayoutError(
-                f"gene={gene!r} given, but this layout has gene_bits=0; build the Layout "
-                "with gene_bits=n to carry a parent key's low bits"
-            )
-        return gene_of(gene, self.layout.gene_bits)
+        return 0 if gene is None else self.layout.gene_for(gene)
 
     def _expired(self, tick: int) -> None:
-        raise LayoutExpired(
-            f"tick {tick} does not fit the layout's {self.layout.timestamp_bits}-bit "
-            f"timestamp (it ended at {self.layout.expires_at.isoformat()}); move to a layout "
-            "with a later epoch or more timestamp bits"
-        )
+        raise self.layout.expired(tick)
 
     # -- lifecycle ---------------------------------------------------------------------
 
