@@ -17,6 +17,7 @@ from snowshard.sharding import (
     ShardedSession,
     Shards,
     UnknownDatabase,
+    UnsupportedShardQuery,
     create_all,
     drop_all,
     sharded_model,
@@ -135,3 +136,41 @@ def test_two_phase_rollback_leaves_both_databases_empty(
         session.flush()
         session.rollback()
         assert session.scalar(select(func.count()).select_from(Order)) == 0
+
+
+def _sent(engines: dict[str, sa.Engine]) -> list[str]:
+    sent: list[str] = []
+    for engine in engines.values():
+        event.listen(engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    return sent
+
+
+@pytest.mark.parametrize(
+    "subquery",
+    [
+        lambda: Note.id.in_(select(Order.user_id)),
+        lambda: select(Order.id).where(Order.user_id == Note.id).exists(),
+        lambda: Note.id == select(func.max(Order.user_id)).scalar_subquery(),
+    ],
+    ids=["in", "exists", "scalar"],
+)
+def test_sharded_model_in_a_subquery_across_databases_is_refused(
+    engines: dict[str, sa.Engine], subquery: Any
+) -> None:
+    """Across databases, a sharded model inside a subquery raises before any SQL is sent."""
+    create_all(Base.metadata, bind=engines["east"], databases=engines)
+    sent = _sent(engines)
+    with ShardedSession(engines["east"], databases=engines) as session:
+        with pytest.raises(UnsupportedShardQuery, match="inside a subquery"):
+            session.scalars(select(Note).where(subquery()))
+    assert sent == []
+
+
+def test_sharded_model_in_its_own_subquery_across_databases_is_refused(
+    engines: dict[str, sa.Engine],
+) -> None:
+    """A sharded query filtering on a subquery of itself would take a per-database max: refused."""
+    create_all(Base.metadata, bind=engines["east"], databases=engines)
+    with ShardedSession(engines["east"], databases=engines) as session:
+        with pytest.raises(UnsupportedShardQuery, match="Order is sharded over several"):
+            session.scalars(select(Order).where(Order.id == select(func.max(Order.id)).scalar_subquery()))

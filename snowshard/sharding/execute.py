@@ -25,6 +25,7 @@ from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
+from sqlalchemy.sql.selectable import SelectBase
 
 from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk
 from snowshard.sharding.errors import (
@@ -224,6 +225,31 @@ def _check_joins(statement: Any) -> None:
                 )
 
 
+def _check_nested(statement: Any, models: Sequence[ShardedModel]) -> None:
+    """Across databases, refuse a sharded model inside a subquery, EXISTS or CTE.
+
+    Such a statement would run once per database with the subquery seeing only that
+    database's tables, and the merged result would be silently wrong.
+    """
+    if all(len(m.spec.databases) <= 1 for m in models):
+        return
+    stack = list(statement.get_children())
+    while stack:
+        element = stack.pop()
+        if isinstance(element, SelectBase):
+            nested = find_models(element)
+            if nested:
+                names = ", ".join(m.name for m in nested)
+                raise UnsupportedShardQuery(
+                    f"{names} is sharded over several databases and appears inside a "
+                    "subquery (IN, EXISTS, scalar subquery or CTE); each database would see "
+                    "only its own tables. Query the sharded model directly, or fetch the "
+                    "keys first and pass them as a list"
+                )
+            continue
+        stack.extend(element.get_children())
+
+
 def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     direct = getattr(state.session, "direct_mapper", None)
@@ -235,6 +261,7 @@ def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     if not models:
         return None
     _check_joins(state.statement)
+    _check_nested(state.statement, models)
     lead = models[0]
     for other in models[1:]:
         if not lead.binds_with(other):
