@@ -300,6 +300,13 @@ class ShardedOperation(MigrateOperation):
 
     # MigrateOperation ------------------------------------------------------------------
 
+    def _reversed_template(self, missing: str) -> Any:
+        """The template's own reverse, or a ValueError naming what is not known."""
+        reverse = getattr(self.template, "_reverse", None)
+        if reverse is None:
+            raise ValueError(f"{self.describe()} is not reversible: {missing} is not known")
+        return reverse
+
     def reverse(self) -> ShardedOperation:
         return sharded_operation(self.spec, self.template.reverse())
 
@@ -534,11 +541,7 @@ class DropShardedTableOp(ShardedOperation):
         return not insp.has_table(shard.table, schema=self.schema)
 
     def reverse(self) -> ShardedOperation:
-        if self.template._reverse is None:
-            raise ValueError(
-                f"{self.describe()} is not reversible: the table definition is not known"
-            )
-        return CreateShardedTableOp(self.spec, self.template._reverse)
+        return CreateShardedTableOp(self.spec, self._reversed_template("the table definition"))
 
     @classmethod
     def drop_sharded_table(
@@ -667,11 +670,7 @@ class DropShardedColumnOp(ShardedOperation):
         return not _has(self.target, _column_names(insp, shard.table, self.schema))
 
     def reverse(self) -> ShardedOperation:
-        if self.template._reverse is None:
-            raise ValueError(
-                f"{self.describe()} is not reversible: the original column is not known"
-            )
-        return AddShardedColumnOp(self.spec, self.template._reverse)
+        return AddShardedColumnOp(self.spec, self._reversed_template("the original column"))
 
     @classmethod
     def drop_sharded_column(
@@ -847,11 +846,7 @@ class DropShardedIndexOp(ShardedOperation):
         return not _has(name, _index_names(insp, shard.table, self.schema))
 
     def reverse(self) -> ShardedOperation:
-        if self.template._reverse is None:
-            raise ValueError(
-                f"{self.describe()} is not reversible: the index definition is not known"
-            )
-        return CreateShardedIndexOp(self.spec, self.template._reverse)
+        return CreateShardedIndexOp(self.spec, self._reversed_template("the index definition"))
 
     @classmethod
     def drop_sharded_index(
@@ -1080,11 +1075,7 @@ class DropShardedConstraintOp(_ConstraintOp):
         return not self._present(insp, shard)
 
     def reverse(self) -> ShardedOperation:
-        if self.template._reverse is None:
-            raise ValueError(
-                f"{self.describe()} is not reversible: the constraint definition is not known"
-            )
-        return sharded_operation(self.spec, self.template._reverse)
+        return sharded_operation(self.spec, self._reversed_template("the constraint definition"))
 
     @classmethod
     def drop_sharded_constraint(
