@@ -275,3 +275,15 @@ def test_bad_name_template_is_refused_at_construction(template: str) -> None:
     """A name template that does not format raises ShardConfigError before any DDL."""
     with pytest.raises(ShardConfigError, match="not a name template"):
         CreateShardedIndexOp(SPEC, alembic_ops.CreateIndexOp(template, "x", ["email"]))
+
+
+def test_drop_without_known_definition_is_not_reversible() -> None:
+    """Reversing a drop whose original column is unknown raises ValueError naming the op."""
+    from alembic.operations import ops as alembic_ops
+
+    from snowshard.migrations import SENTINEL_TABLE, DropShardedColumnOp
+    from snowshard.sharding.spec import ShardSpec
+
+    op = DropShardedColumnOp(ShardSpec("orders", 4), alembic_ops.DropColumnOp(SENTINEL_TABLE, "note"))
+    with pytest.raises(ValueError, match="orders.note is not reversible: the original column"):
+        op.reverse()
