@@ -17,6 +17,7 @@ from snowshard.errors import (
     InvalidId,
     LayoutError,
     LayoutExpired,
+    MissingExtra,
     SnowshardError,
     WorkerIdError,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "LayoutError",
     "LayoutExpired",
     "ManualClock",
+    "MissingExtra",
     "Parts",
     "Skew",
     "Snowflake",

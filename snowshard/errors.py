@@ -15,6 +15,7 @@ __all__ = [
     "InvalidId",
     "LayoutError",
     "LayoutExpired",
+    "MissingExtra",
     "SnowshardError",
     "WorkerIdError",
 ]
@@ -54,3 +55,7 @@ class WorkerIdError(SnowshardError):
 
 class LayoutExpired(SnowshardError):
     """The layout's timestamp field is exhausted; no later ID fits in it."""
+
+
+class MissingExtra(SnowshardError, ImportError):
+    """A feature needs a package of an optional extra that is not installed (says which)."""

@@ -33,10 +33,13 @@ streaming), and without ``twophase=True`` a commit is per database.
 multi-database, time-range and async variants. Modules: :mod:`~.declare` (the
 declaration), :mod:`~.mapping` (physical tables and classes), :mod:`~.routing` (keys in
 WHERE), :mod:`~.rewrite`, :mod:`~.execute` and :mod:`~.merge` (running statements on
-shards), :mod:`~.session`, :mod:`~.schema`, :mod:`~.keyset`, :mod:`~.errors`.
+shards), :mod:`~.session`, :mod:`~.schema`, :mod:`~.keyset`, :mod:`~.errors`, and :mod:`~.aio`
+(asyncio; loaded on first use of its names, since it needs the ``async`` extra).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from snowshard.sharding.declare import Sharded, Shards, sharded_model
 from snowshard.sharding.errors import (
@@ -52,17 +55,32 @@ from snowshard.sharding.errors import (
     UnknownShard,
     UnsupportedShardQuery,
 )
-from snowshard.sharding.keyset import Page, keyset, keyset_page, keyset_page_async
+from snowshard.sharding.keyset import Page, keyset, keyset_page
 from snowshard.sharding.model import ShardedModel
-from snowshard.sharding.schema import (
-    create_all,
-    create_all_async,
-    drop_all,
-    drop_all_async,
-    tables_by_database,
-)
-from snowshard.sharding.session import AsyncShardedSession, ShardedSession
+from snowshard.sharding.schema import create_all, drop_all, tables_by_database
+from snowshard.sharding.session import ShardedSession
 from snowshard.sharding.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
+
+if TYPE_CHECKING:
+    from snowshard.sharding.aio import (
+        AsyncShardedSession,
+        create_all_async,
+        drop_all_async,
+        keyset_page_async,
+    )
+
+_ASYNC_NAMES = frozenset(
+    {"AsyncShardedSession", "create_all_async", "drop_all_async", "keyset_page_async"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The asyncio names, imported on first use (they need the ``async`` extra)."""
+    if name in _ASYNC_NAMES:
+        from snowshard.sharding import aio
+
+        return getattr(aio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_DATABASE",

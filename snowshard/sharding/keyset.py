@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar
 
 from sqlalchemy import Select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from snowshard.sharding.errors import InvalidPage
 
-__all__ = ["Page", "keyset", "keyset_page", "keyset_page_async"]
+__all__ = ["Page", "keyset", "keyset_page", "page_of"]
 
 _T = TypeVar("_T")
 
@@ -50,7 +49,8 @@ def keyset(
     return statement.order_by(None).order_by(order).limit(size)
 
 
-def _page(items: list[Any], key: Any, size: int) -> Page[Any]:
+def page_of(items: list[Any], key: Any, size: int) -> Page[Any]:
+    """The :class:`Page` of ``items`` fetched by :func:`keyset` with ``size``."""
     after = getattr(items[-1], key.key) if len(items) == size else None
     return Page(items, after)
 
@@ -66,18 +66,5 @@ def keyset_page(
 ) -> Page[Any]:
     """Run :func:`keyset` for an entity ``statement`` and return the :class:`Page`."""
     paged = keyset(statement, key, after=after, size=size, descending=descending)
-    return _page(list(session.scalars(paged).all()), key, size)
+    return page_of(list(session.scalars(paged).all()), key, size)
 
-
-async def keyset_page_async(
-    session: AsyncSession,
-    statement: Select[Any],
-    key: Any,
-    *,
-    after: Any = None,
-    size: int = 20,
-    descending: bool = True,
-) -> Page[Any]:
-    """:func:`keyset_page` for an :class:`~sqlalchemy.ext.asyncio.AsyncSession`."""
-    paged = keyset(statement, key, after=after, size=size, descending=descending)
-    return _page(list((await session.scalars(paged)).all()), key, size)

@@ -4,7 +4,7 @@
 
     create_all(Base.metadata, bind=engine)                                   # one database
     create_all(Base.metadata, bind=main, databases={"a": engine_a, "b": engine_b})
-    await create_all_async(Base.metadata, bind=async_engine)
+    await create_all_async(Base.metadata, bind=async_engine)    # snowshard.sharding.aio
 
 A table with ``info["snowshard"]`` is created in the database its
 :class:`~snowshard.sharding.spec.ShardSpec` names (``databases[key]``, or ``bind`` for the
@@ -16,17 +16,16 @@ Alembic: it holds exactly the physical tables, each tagged with its ``ShardInfo`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Optional, TypeVar
 
 from sqlalchemy import Engine, MetaData, Table
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.spec import DEFAULT_DATABASE, ShardInfo
 
-__all__ = ["create_all", "create_all_async", "drop_all", "drop_all_async", "tables_by_database"]
+__all__ = ["create_all", "drop_all", "plan_by_engine", "tables_by_database"]
 
-_Engine = Union[Engine, AsyncEngine]
+_E = TypeVar("_E")  # Engine here; AsyncEngine in snowshard.sharding.aio
 
 
 def tables_by_database(metadata: MetaData) -> dict[Optional[str], list[Table]]:
@@ -39,11 +38,12 @@ def tables_by_database(metadata: MetaData) -> dict[Optional[str], list[Table]]:
     return grouped
 
 
-def _plan(
-    metadata: MetaData, bind: Optional[_Engine], databases: Optional[Mapping[str, _Engine]]
-) -> list[tuple[_Engine, list[Table]]]:
+def plan_by_engine(
+    metadata: MetaData, bind: Optional[_E], databases: Optional[Mapping[str, _E]]
+) -> list[tuple[_E, list[Table]]]:
+    """``(engine, tables)`` for each engine that holds tables of ``metadata``."""
     engines = dict(databases or {})
-    per_engine: dict[int, tuple[_Engine, list[Table]]] = {}
+    per_engine: dict[int, tuple[_E, list[Table]]] = {}
     for key, tables in tables_by_database(metadata).items():
         engine = engines.get(key) if key is not None else bind
         if engine is None and key is not None and (key == DEFAULT_DATABASE or not engines):
@@ -67,7 +67,7 @@ def create_all(
     checkfirst: bool = True,
 ) -> None:
     """Create every table of ``metadata`` in its database (see the module docstring)."""
-    for engine, tables in _plan(metadata, bind, databases):
+    for engine, tables in plan_by_engine(metadata, bind, databases):
         assert isinstance(engine, Engine)
         metadata.create_all(engine, tables=tables, checkfirst=checkfirst)
 
@@ -80,37 +80,7 @@ def drop_all(
     checkfirst: bool = True,
 ) -> None:
     """Drop every table of ``metadata`` from its database."""
-    for engine, tables in _plan(metadata, bind, databases):
+    for engine, tables in plan_by_engine(metadata, bind, databases):
         assert isinstance(engine, Engine)
         metadata.drop_all(engine, tables=tables, checkfirst=checkfirst)
 
-
-async def _run_async(
-    method: Any, plan: list[tuple[_Engine, list[Table]]], checkfirst: bool
-) -> None:
-    for engine, tables in plan:
-        assert isinstance(engine, AsyncEngine)
-        async with engine.begin() as conn:
-            await conn.run_sync(method, tables=tables, checkfirst=checkfirst)
-
-
-async def create_all_async(
-    metadata: MetaData,
-    *,
-    bind: Optional[AsyncEngine] = None,
-    databases: Optional[Mapping[str, AsyncEngine]] = None,
-    checkfirst: bool = True,
-) -> None:
-    """:func:`create_all` with async engines."""
-    await _run_async(metadata.create_all, _plan(metadata, bind, databases), checkfirst)
-
-
-async def drop_all_async(
-    metadata: MetaData,
-    *,
-    bind: Optional[AsyncEngine] = None,
-    databases: Optional[Mapping[str, AsyncEngine]] = None,
-    checkfirst: bool = True,
-) -> None:
-    """:func:`drop_all` with async engines."""
-    await _run_async(metadata.drop_all, _plan(metadata, bind, databases), checkfirst)

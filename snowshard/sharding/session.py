@@ -1,4 +1,4 @@
-"""Sessions that route sharded models: :class:`ShardedSession`, :class:`AsyncShardedSession`.
+"""The session that routes sharded models: :class:`ShardedSession`.
 
 ::
 
@@ -29,13 +29,13 @@ commit that fails in one database after another committed leaves the first commi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, Union
 
 from sqlalchemy import Engine, event, inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
@@ -47,19 +47,29 @@ from snowshard.sharding.flush import check_flush
 from snowshard.sharding.model import model_classes
 from snowshard.sharding.spec import DEFAULT_DATABASE
 
-__all__ = ["AsyncShardedSession", "ShardedSession"]
+__all__ = ["ShardedSession"]
 
 _O = TypeVar("_O")
 _Bind = Union[Engine, Connection]
-_AnyBind = Union[Engine, Connection, AsyncEngine, AsyncConnection]
+_AnyBind = Any  # an Engine or Connection; or their asyncio wrappers, for AsyncShardedSession
 
 
 def _sync(bind: _AnyBind) -> _Bind:
-    if isinstance(bind, AsyncEngine):
-        return bind.sync_engine
-    if isinstance(bind, AsyncConnection):
-        return bind.sync_connection  # type: ignore[return-value]
-    return bind
+    """The sync engine or connection behind ``bind``.
+
+    An ``AsyncEngine`` can only exist once ``sqlalchemy.ext.asyncio`` is imported, so that
+    module (which needs greenlet, part of the ``async`` extra) is looked up, never imported.
+    """
+    aio = sys.modules.get("sqlalchemy.ext.asyncio")
+    if aio is not None:
+        if isinstance(bind, aio.AsyncEngine):
+            engine: Engine = bind.sync_engine
+            return engine
+        if isinstance(bind, aio.AsyncConnection):
+            connection: Connection = bind.sync_connection
+            return connection
+    sync: _Bind = bind
+    return sync
 
 
 class ShardedSession(Session):
@@ -220,12 +230,3 @@ def _database_of_clause(clause: ClauseElement) -> Optional[str]:
 event.listen(ShardedSession, "do_orm_execute", route_execute)
 event.listen(ShardedSession, "before_flush", check_flush)
 
-
-class AsyncShardedSession(AsyncSession):
-    """An :class:`~sqlalchemy.ext.asyncio.AsyncSession` over a :class:`ShardedSession`.
-
-    ``AsyncShardedSession(engine)`` or ``AsyncShardedSession(bind=..., databases={...})``
-    with async engines; it routes exactly as the sync session does.
-    """
-
-    sync_session_class = ShardedSession

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from snowshard.errors import SnowshardError
+from snowshard.errors import MissingExtra
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -18,7 +18,7 @@ def import_redis() -> Any:
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - redis is installed in the test env
-        raise SnowshardError(
+        raise MissingExtra(
             "this feature needs redis-py: pip install 'snowshard[redis]'"
         ) from exc
     return redis
