@@ -15,6 +15,7 @@ from sqlalchemy.engine import Result
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.sql.elements import BindParameter
 
+from snowshard._compat import has_multi_values
 from snowshard.sharding.errors import MissingShardKey, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.rewrite import Target, retarget
@@ -60,7 +61,7 @@ def _rows_by_shard(
 def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
     """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard."""
     statement = state.statement
-    if isinstance(statement, Insert) and statement._multi_values:
+    if isinstance(statement, Insert) and has_multi_values(statement):
         raise UnsupportedShardQuery(
             "insert().values([...]) with several rows is not routed; pass the rows as "
             "session.execute(insert(Model), [row, ...])"

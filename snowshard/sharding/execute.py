@@ -27,6 +27,7 @@ from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 from sqlalchemy.sql.selectable import SelectBase
 
+from snowshard._compat import has_options, limit_offset_of
 from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk
 from snowshard.sharding.errors import (
     FanOutForbidden,
@@ -108,7 +109,7 @@ def _inline_limits(statement: Any) -> Any:
     if not isinstance(statement, Select):
         return statement
     try:
-        limit, offset = statement._limit, statement._offset
+        limit, offset = limit_offset_of(statement)
     except CompileError:
         return statement
     if limit is not None:
@@ -253,7 +254,7 @@ def _check_nested(statement: Any, models: Sequence[ShardedModel]) -> None:
 def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     direct = getattr(state.session, "direct_mapper", None)
-    if direct is not None and state.bind_mapper is direct and not state.statement._with_options:
+    if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
         return None  # ShardedSession.get's own SELECT of one physical class
     if state.is_column_load:
         return None

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Subquery, Table, event, inspect
+from sqlalchemy import Table, event, inspect
 from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
-from sqlalchemy.sql.visitors import InternalTraversal
 
+from snowshard._compat import keyed_subquery
 from snowshard.sharding.declare import PENDING_ID, Shards
 from snowshard.sharding.model import ShardedModel, logical_tables, model_classes
 from snowshard.sharding.spec import ShardConfigError, ShardInfo, ShardSpec
@@ -167,22 +167,6 @@ def map_shards(
     return model
 
 
-class ShardUnion(Subquery):
-    """The UNION ALL of some tables of a model, as a subquery with a constant cache key.
-
-    A statement's cache key is computed on every execution by walking the statement; this
-    subquery's key is its model and tables (which fully determine its SQL) instead of its
-    16 SELECTs, so statements reading many tables stay as cheap to look up as one.
-    """
-
-    inherit_cache = True  # so that its annotated (ORM) copies use the key below too
-    _cache_key_traversal = [
-        ("snowshard_key", InternalTraversal.dp_string),
-        ("_annotations", InternalTraversal.dp_annotations_key),
-    ]
-    snowshard_key: str
-
-
 def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
     """A ``with_polymorphic`` entity reading ``shards`` of ``model`` as one UNION ALL.
 
@@ -193,8 +177,10 @@ def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
         compound = polymorphic_union(  # type: ignore[no-untyped-call]
             {index: model.tables[index] for index in shards}, DISCRIMINATOR
         ).element
-        union = ShardUnion._construct(compound, name=model.table.name)
-        union.snowshard_key = f"{id(model)}:{model.table.name}:{','.join(map(str, shards))}"
+        # the UNION's SQL is fully determined by the model and the shards: let that be its
+        # cache key, so statements over 16 tables are as cheap to look up as over one
+        key = f"{id(model)}:{model.table.name}:{','.join(map(str, shards))}"
+        union = keyed_subquery(compound, name=model.table.name, key=key)
         entity = with_polymorphic(
             model.cls,
             [model.classes[index] for index in shards],

@@ -28,15 +28,19 @@ from sqlalchemy import Select, func
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import (
-    ColumnElement,
-    Label,
-    UnaryExpression,
-    _label_reference,
-    _textual_label_reference,
-)
+from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
 
+from snowshard._compat import (
+    LabelReference,
+    TextualLabelReference,
+    distinct_of,
+    fetch_clause_of,
+    group_by_of,
+    has_having,
+    limit_offset_of,
+    order_by_of,
+)
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["MergePlan"]
@@ -63,7 +67,7 @@ class _Reversed:
 
 
 def _unwrap(element: Any) -> Any:
-    while isinstance(element, (Label, _label_reference)):
+    while isinstance(element, (Label, LabelReference)):
         element = element.element
     return element
 
@@ -73,7 +77,7 @@ def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     descending = False
     nulls_first: Optional[bool] = None
     while True:
-        if isinstance(element, _label_reference):
+        if isinstance(element, LabelReference):
             element = element.element
         elif isinstance(element, UnaryExpression) and element.modifier in (
             operators.desc_op,
@@ -146,26 +150,27 @@ class MergePlan:
     """
 
     def __init__(self, statement: Select[Any], dialect: str) -> None:
-        if statement._having_criteria:
+        if has_having(statement):
             raise UnsupportedShardQuery(
                 "HAVING cannot be applied to partial groups of several shards; filter the "
                 "merged groups in Python, or route the query to one shard"
             )
-        if statement._fetch_clause is not None:
+        if fetch_clause_of(statement) is not None:
             raise UnsupportedShardQuery("FETCH FIRST across shards: use limit() instead")
         try:
-            self.limit, self.offset = statement._limit, statement._offset or 0
+            self.limit, offset = limit_offset_of(statement)
+            self.offset = offset or 0
         except CompileError as exc:
             raise UnsupportedShardQuery(
                 "LIMIT/OFFSET across shards must be plain integers, not expressions"
             ) from exc
-        self.distinct = bool(statement._distinct or statement._distinct_on)
+        self.distinct = distinct_of(statement)
         self.width = len(statement.column_descriptions)
         """Columns of a result row (an ORM entity is one)."""
         nulls_large = dialect in _NULLS_LARGE
-        order = [_direction(e, nulls_large) for e in statement._order_by_clauses]
+        order = [_direction(e, nulls_large) for e in order_by_of(statement)]
         self.kinds = [_aggregate(c) for c in statement.selected_columns]
-        self.grouped = bool(statement._group_by_clauses) or any(self.kinds)
+        self.grouped = bool(group_by_of(statement)) or any(self.kinds)
         self.avg: dict[int, tuple[int, int]] = {}
         helpers: list[ColumnElement[Any]] = []
         source = statement.offset(None)
@@ -175,7 +180,7 @@ class MergePlan:
         else:
             self.order = []
             for expr, descending, nulls_first in order:
-                if isinstance(expr, _textual_label_reference):
+                if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
                 self.order.append((len(helpers), descending, nulls_first))
                 helpers.append(expr)
@@ -192,7 +197,7 @@ class MergePlan:
         self, statement: Select[Any], order: Sequence[Any], helpers: list[Any]
     ) -> None:
         columns = list(statement.selected_columns)
-        groups = list(statement._group_by_clauses)
+        groups = list(group_by_of(statement))
         self.keys: list[int] = []
         for index, (column, kind) in enumerate(zip(columns, self.kinds)):
             if kind == "avg":
@@ -213,7 +218,7 @@ class MergePlan:
     @staticmethod
     def _selected(columns: Sequence[Any], expr: Any) -> int:
         for index, column in enumerate(columns):
-            if isinstance(expr, _textual_label_reference):
+            if isinstance(expr, TextualLabelReference):
                 if column.key == expr.element:
                     return index
             elif _unwrap(column).compare(_unwrap(expr)) or column is expr:

@@ -17,6 +17,12 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement, ColumnClause, ColumnElement
 from sqlalchemy.sql.visitors import replacement_traverse
 
+from snowshard._compat import (
+    deannotated,
+    orm_annotated,
+    plugin_subject_of,
+    set_plugin_subject,
+)
 from snowshard.sharding.mapping import union_entity
 from snowshard.sharding.model import ShardedModel, logical_tables
 from snowshard.sharding.routing import KeyTerm
@@ -50,7 +56,7 @@ class Target:
 
 def narrow(term: KeyTerm, target: Target, shard: int) -> ColumnElement[bool]:
     """``term`` restricted to the values that live in ``shard``."""
-    column = target.column(term.column, "parententity" in term.column._annotations)
+    column = target.column(term.column, orm_annotated(term.column))
     values = term.by_shard.get(shard, [])
     narrowed: ColumnElement[bool] = column == values[0] if len(values) == 1 else column.in_(values)
     return narrowed
@@ -75,23 +81,21 @@ def retarget(
             table = element.table
             target = targets.get(logical_tables.get(table)) if isinstance(table, Table) else None  # type: ignore[arg-type]
             if target is not None:
-                return target.column(element, "parententity" in element._annotations)
+                return target.column(element, orm_annotated(element))
             return None
         if isinstance(element, Table):
-            base = element._deannotate() if element._annotations else element
+            base = deannotated(element)
             target = targets.get(logical_tables.get(base))  # type: ignore[arg-type]
             if target is not None:
-                return target.from_clause("parententity" in element._annotations)
+                return target.from_clause(orm_annotated(element))
         return None
 
     copy: Any = replacement_traverse(statement, {}, replace)  # type: ignore[call-overload]
-    subject = statement._propagate_attrs.get("plugin_subject")
+    subject = plugin_subject_of(statement)
     for target in targets.values():
         if subject is not None and subject.mapper is target.model.cls.__mapper__:  # type: ignore[attr-defined]
             # the ORM takes the statement's subject (bind, DML mapper) from these attributes,
             # which the copy would otherwise keep pointing at the logical mapper
-            copy._set_propagate_attrs(
-                {"compile_state_plugin": "orm", "plugin_subject": target.inspected}
-            )
+            set_plugin_subject(copy, target.inspected)
             break
     return copy  # type: ignore[no-any-return]

@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import (
     Grouping,
 )
 
+from snowshard._compat import deannotated
 from snowshard.sharding.model import ShardedModel, logical_tables
 
 __all__ = ["KeyTerm", "Route", "find_models", "route"]
@@ -53,7 +54,7 @@ class Route:
 
 def _base(element: Any) -> Any:
     # ORM statements name tables and columns through annotated copies
-    return element._deannotate() if element._annotations else element
+    return deannotated(element)
 
 
 def find_models(statement: Any) -> list[ShardedModel]:

@@ -36,6 +36,7 @@ class ShardSpec:
     count: int
     pattern: str = "{name}_{index:02d}"
     databases: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    _database_of: Mapping[int, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
@@ -83,8 +84,7 @@ class ShardSpec:
         return [self.table_name(i) for i in range(self.count)]
 
     def database_of(self, index: int) -> str:
-        database: str = self._database_of[index]  # type: ignore[attr-defined]
-        return database
+        return self._database_of[index]
 
     def tables_in(self, database: str) -> list[int]:
         """Indices of the tables held by ``database`` (empty if it holds none)."""

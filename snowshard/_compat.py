@@ -1,0 +1,199 @@
+"""Every private or version-dependent SQLAlchemy and Alembic name snowshard uses, in one place.
+
+Supported: SQLAlchemy 2.0.x from the floor in ``pyproject.toml`` through 2.1.x, and Alembic
+from its floor on. Each helper below says which versions need it and why; a test
+(``tests/test_compat.py``) fails if any other module reaches for a private name of either
+package. When a floor is raised, the helpers whose comment names only older versions can
+go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+from sqlalchemy import Subquery
+from sqlalchemy.sql.elements import _label_reference, _textual_label_reference
+from sqlalchemy.sql.visitors import InternalTraversal
+
+__all__ = [
+    "KeyedSubquery",
+    "LabelReference",
+    "TextualLabelReference",
+    "alembic_reverse",
+    "copy_schema_item",
+    "deannotated",
+    "distinct_of",
+    "fetch_clause_of",
+    "group_by_of",
+    "has_having",
+    "has_multi_values",
+    "has_options",
+    "keyed_subquery",
+    "limit_offset_of",
+    "order_by_of",
+    "orm_annotated",
+    "plugin_subject_of",
+    "register_renderer",
+    "set_alembic_reverse",
+    "set_plugin_subject",
+]
+
+
+# --------------------------------------------------------------------------- SQLAlchemy
+# Select's clauses are kept in private attributes on every 2.0.x and 2.1.x release, and
+# there is no public reader for most of them (``Select.whereclause`` and
+# ``selected_columns`` are the exceptions, and snowshard uses those directly).
+
+
+LabelReference = _label_reference
+"""What ORDER BY/GROUP BY wrap a label in (``order_by(label)``; private in all versions)."""
+
+TextualLabelReference = _textual_label_reference
+"""What ``order_by("name")`` makes: a reference to a selected column by its name (private
+in all versions)."""
+
+
+def limit_offset_of(statement: Any) -> tuple[Optional[int], Optional[int]]:
+    """A SELECT's LIMIT and OFFSET as ints (``_limit``/``_offset``, all versions).
+
+    Raises :class:`sqlalchemy.exc.CompileError` when either is an expression.
+    """
+    return statement._limit, statement._offset
+
+
+def order_by_of(statement: Any) -> Sequence[Any]:
+    """A SELECT's ORDER BY expressions (``_order_by_clauses``, all versions)."""
+    return tuple(statement._order_by_clauses)
+
+
+def group_by_of(statement: Any) -> Sequence[Any]:
+    """A SELECT's GROUP BY expressions (``_group_by_clauses``, all versions)."""
+    return tuple(statement._group_by_clauses)
+
+
+def has_having(statement: Any) -> bool:
+    """Whether a SELECT has a HAVING clause (``_having_criteria``, all versions)."""
+    return bool(statement._having_criteria)
+
+
+def fetch_clause_of(statement: Any) -> Any:
+    """A SELECT's FETCH FIRST clause or None (``_fetch_clause``, all versions)."""
+    return statement._fetch_clause
+
+
+def distinct_of(statement: Any) -> bool:
+    """Whether a SELECT is DISTINCT or DISTINCT ON (``_distinct``/``_distinct_on``, all versions)."""
+    return bool(statement._distinct or statement._distinct_on)
+
+
+def has_options(statement: Any) -> bool:
+    """Whether a statement carries ORM loader options (``_with_options``, all versions)."""
+    return bool(statement._with_options)
+
+
+def has_multi_values(statement: Any) -> bool:
+    """Whether an INSERT has ``.values([...])`` with several rows (``_multi_values``, all versions)."""
+    return bool(statement._multi_values)
+
+
+def orm_annotated(element: Any) -> bool:
+    """Whether a table or column is the ORM's annotated copy naming a mapped entity.
+
+    The ORM marks those copies with a ``parententity`` annotation (``_annotations``, all
+    versions).
+    """
+    return "parententity" in element._annotations
+
+
+def deannotated(element: Any) -> Any:
+    """The plain element behind an ORM-annotated copy (``_deannotate``, all versions)."""
+    return element._deannotate() if element._annotations else element
+
+
+def plugin_subject_of(statement: Any) -> Any:
+    """The ORM entity a statement is "about" (``_propagate_attrs``, all versions)."""
+    return statement._propagate_attrs.get("plugin_subject")
+
+
+def set_plugin_subject(statement: Any, subject: Any) -> None:
+    """Make the ORM treat ``statement`` (a fresh copy) as about ``subject``.
+
+    The ORM reads a statement's bind mapper and DML target from its propagated attributes
+    (``_set_propagate_attrs``, all versions); a copy made by a replacement traversal keeps
+    the original's.
+    """
+    statement._set_propagate_attrs({"compile_state_plugin": "orm", "plugin_subject": subject})
+
+
+def copy_schema_item(item: Any, **kw: Any) -> Any:
+    """A copy of a ``Column`` or ``Constraint`` (``_copy``, all versions; the public ``copy()``
+    is deprecated since SQLAlchemy 1.4)."""
+    return item._copy(**kw)
+
+
+class KeyedSubquery(Subquery):
+    """A subquery whose statement-cache key is a given string, not a walk of its SELECT.
+
+    A statement's cache key is computed on every execution by walking it; a subquery
+    whose SQL is fully determined by a short key (e.g. "these 16 tables of this model")
+    keeps statements over it as cheap to look up as over one table. Cache-key traversal
+    is declared with the ``_cache_key_traversal`` hook in all versions (2.0.x, 2.1.x).
+    """
+
+    inherit_cache = True  # so that its annotated (ORM) copies use the key below too
+    _cache_key_traversal = [
+        ("snowshard_key", InternalTraversal.dp_string),
+        ("_annotations", InternalTraversal.dp_annotations_key),
+    ]
+    snowshard_key: str
+
+
+def keyed_subquery(selectable: Any, *, name: str, key: str) -> KeyedSubquery:
+    """``selectable`` as a :class:`KeyedSubquery` named ``name`` with cache key ``key``.
+
+    Subqueries are built with the private ``_construct`` classmethod (all versions); the
+    public ``.subquery()`` would always make a plain :class:`~sqlalchemy.Subquery`.
+    """
+    subquery: KeyedSubquery = KeyedSubquery._construct(selectable, name=name)
+    subquery.snowshard_key = key
+    return subquery
+
+
+# --------------------------------------------------------------------------- Alembic
+
+
+def alembic_reverse(op: Any) -> Any:
+    """The operation an Alembic op was built to undo (its ``_reverse``), or None.
+
+    All supported Alembic versions keep it in the private ``_reverse`` attribute of
+    ``DropTableOp``, ``DropColumnOp``, ``DropIndexOp``, ``DropConstraintOp`` and
+    ``AlterColumnOp``-free ops alike; there is no public reader.
+    """
+    return getattr(op, "_reverse", None)
+
+
+def set_alembic_reverse(op: Any, reverse: Any) -> None:
+    """Set what an Alembic op undoes (``_reverse``; the constructors take it as ``_reverse=``).
+
+    Needed on every supported Alembic version: the attribute is private everywhere.
+    """
+    op._reverse = reverse
+
+
+_RENDERED: set[type] = set()
+
+
+def register_renderer(cls: type, render: Callable[..., str]) -> None:
+    """Register ``render`` as Alembic's autogenerate renderer for operation ``cls``, once.
+
+    Alembic 1.17 added ``replace=`` to ``renderers.dispatch_for``; before it a second
+    registration of the same class fails an assertion. Registering each class once (this
+    module remembers which) works on every version.
+    """
+    from alembic.autogenerate import renderers
+
+    if cls in _RENDERED:
+        return
+    _RENDERED.add(cls)
+    renderers.dispatch_for(cls)(render)
