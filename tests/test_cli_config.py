@@ -109,7 +109,7 @@ def test_json_and_key_value_specs_agree() -> None:
         ("worker_bit=3", "unknown key 'worker_bit'"),
         ("snowflake", "unknown layout preset 'snowflake'"),
         ("gene_bits=four", "gene_bits must be an integer"),
-        ("strategy=hash", "strategy must be one of gene, mod, mix, shift"),
+        ("strategy=crc", "strategy must be one of gene, mod, mix, hash, shift"),
         ("timestamp_bits=41,worker_bits=20", "widths add up to 73 bits"),
     ],
 )

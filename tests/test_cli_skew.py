@@ -12,6 +12,7 @@ import pytest
 
 from snowshard import Layout
 from snowshard.cli import main
+from snowshard.cli.config import STRATEGIES
 from snowshard.cli.plot import bar_chart
 from snowshard.cli.simulate import DEFAULT_START_MS, Scenario, simulate, stream, summarise
 from snowshard.skew import skew
@@ -231,3 +232,10 @@ def test_bar_chart_counts_empty_and_loaded_shards() -> None:
     assert lines[1].split()[:2] == ["10", "rows"] and lines[1].split()[3] == "2"
     assert lines[-1].split()[:2] == ["12", "rows"] and lines[-1].split()[3] == "1"
     assert lines[0].endswith(" " + "█" * 10)  # the largest group fills the width
+
+
+def test_all_measures_every_strategy_route_offers(capsys: pytest.CaptureFixture[str]) -> None:
+    """skew's default 'all' measures gene, mod, mix, hash and shift, the route choices."""
+    report = skew_json(capsys, "--workers", "2", "--duration", "0.1")
+    assert set(report["strategies"]) == set(STRATEGIES)
+    assert report["strategies"]["hash"]["rule"] == "fmix64(x) % 1024"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from snowshard.layout import Layout
-from snowshard.strategies import Gene, Mix, Mod, ShardStrategy, Shift, colocates_genes
+from snowshard.strategies import Gene, Hash, Mix, Mod, ShardStrategy, Shift, colocates_genes
 
 __all__ = ["layout_warnings", "strategy_warnings", "years"]
 
@@ -56,13 +56,14 @@ def strategy_warnings(layout: Layout, strategy: ShardStrategy) -> list[str]:
         out.append(
             f"Gene({n}) needs gene_bits >= {need} but the layout has gene_bits="
             f"{layout.gene_bits}: a child's ID does not land on its parent's shard, and IDs "
-            "are routed by their sequence bits, which skew like Mod (seed 002)"
+            "are routed by their sequence bits, which pile into a few shards like Mod does; "
+            f"give the layout gene_bits >= {need}"
         )
     if isinstance(strategy, Mod) and n % 2 == 0 and not colocates_genes(strategy, layout):
         out.append(
             f"Mod({n}) reads the low bits of IDs: with the sequence reset each tick and at "
-            "most one ID per tick per worker, rows pile into a few shards (seed 002); keep "
-            "sequence_start='continue' or route with shift (check: snowshard skew "
+            "most one ID per tick per worker, rows pile into a few shards; keep "
+            "sequence_start='continue' or route with shift or hash (check: snowshard skew "
             "--sequence-start reset)"
         )
     if isinstance(strategy, Mix):
@@ -73,6 +74,8 @@ def strategy_warnings(layout: Layout, strategy: ShardStrategy) -> list[str]:
             "tick at low rates it spreads over only as many shards as those bits take values "
             "(few workers: few shards); check with snowshard skew --sequence-start reset"
         )
+    if isinstance(strategy, Hash) and layout.gene_bits:
+        out.append(f"Hash({n}) does not keep a child's ID on its parent's shard")
     if isinstance(strategy, Shift):
         out.extend(_shift_warnings(layout, strategy))
     return out

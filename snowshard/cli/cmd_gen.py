@@ -6,6 +6,7 @@ import click
 
 from snowshard.cli.options import (
     TimeParam,
+    apply_to_key,
     current_config,
     json_option,
     key_type_option,
@@ -28,7 +29,8 @@ _BATCH = 100_000
     "gene",
     metavar="KEY",
     default=None,
-    help="Parent key whose low bits the IDs carry (the layout needs gene bits).",
+    help="Parent key whose low bits the IDs carry, read as --key-type says (the layout "
+    "needs gene bits).",
 )
 @key_type_option
 @click.option(
@@ -80,7 +82,10 @@ def gen_command(
         sleep=clock.sleep if clock is not None else None,
         sequence_start=sequence_start,
     )
-    key = parse_key(gene, key_type) if gene is not None else None
+    key = None
+    if gene is not None:
+        key = parse_key(gene, key_type, "'--gene'")
+        apply_to_key(layout.gene_for, gene, key, "'--gene'")  # the library's key checks
     if as_json:
         echo_json([str(value) for value in generator.next_ids(count, gene=key)])
         return

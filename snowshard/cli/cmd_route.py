@@ -7,8 +7,10 @@ import click
 from snowshard.cli.advice import strategy_warnings
 from snowshard.cli.cmd_inspect import read_tokens
 from snowshard.cli.options import (
+    apply_to_key,
     current_config,
     json_option,
+    key_kind,
     key_type_option,
     layout_options,
     parse_key,
@@ -41,30 +43,41 @@ def route_command(
 ) -> None:
     """Print the shard of each KEY (a parent key or an ID; stdin when none or -).
 
+    Keys route exactly as the library routes them (see --key-type); a key the library
+    refuses, such as a negative int, is a usage error. Put negative keys after '--'.
+
     \b
     snowshard route 1820 --strategy gene --shards 16        # 12
-    snowshard route 793292040770158592 --strategy mix --shards 1024   # 320
+    snowshard route 793292040770158592 --strategy hash --shards 1024
+    snowshard route 3f2a1c4e-8b7d-4e6f-9a0b-1c2d3e4f5a6b --strategy gene --shards 16
     """
     config = current_config()
     router = strategy_from(config, strategy, shards, shift_bits, shift_by, required=True)
     assert router is not None
-    routed = [(text, router.shard_of(parse_key(text, key_type))) for text in read_tokens(keys)]
+    routed: list[tuple[str, str, int]] = []
+    for text in read_tokens(keys):
+        key = parse_key(text, key_type)
+        routed.append((text, key_kind(key), apply_to_key(router.shard_of, text, key)))
     if as_json:
         echo_json(
             {
                 "strategy": repr(router),
                 "rule": rule_of(router),
                 "shards": router.count,
-                "routes": [{"key": text, "shard": shard} for text, shard in routed],
+                "routes": [
+                    {"key": text, "key_type": kind, "shard": shard}
+                    for text, kind, shard in routed
+                ],
             }
         )
         return
     if not quiet and isinstance(router, Gene):  # the other strategies' advice: `layout`
         for message in strategy_warnings(config.layout, router):
             warn(message)
-    for text, shard in routed:
+    for text, kind, shard in routed:
+        note = "" if kind == "int" else f"; {kind} key"
         click.echo(
             str(shard)
             if quiet
-            else f"{text} -> shard {shard} of {router.count}  ({rule_of(router)})"
+            else f"{text} -> shard {shard} of {router.count}  ({rule_of(router)}{note})"
         )

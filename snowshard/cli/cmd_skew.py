@@ -174,7 +174,8 @@ def _report(results: dict[str, tuple[str, Skew]], bins: int, chart: bool) -> Non
     type=click.Choice(["continue", "reset", "random"]),
     default="continue",
     show_default=True,
-    help="The generator's sequence policy; 'reset' (Twitter's) reproduces seed 002's trap.",
+    help="The generator's sequence policy; 'reset' (Twitter's) shows how mod piles rows "
+    "into shard 0.",
 )
 @click.option(
     "--users",
@@ -237,12 +238,12 @@ def skew_command(
 ) -> None:
     """Simulate WORKERS generators at RATE IDs/s for DURATION s and measure the spread.
 
-    Runs the real generator on simulated clocks (default: seed 002's 100 workers at
+    Runs the real generator on simulated clocks (default: 100 workers numbered 0..99 at
     1000 IDs/s each, 1024 shards) and reports, per strategy, max/mean (1.00 is even),
     the chi-square test's p-value (small: not random-like) and empty shards.
 
     \b
-    snowshard skew --sequence-start reset          # seed 002: mod piles into shard 0
+    snowshard skew --sequence-start reset          # mod piles into shard 0
     snowshard skew -s mod -s shift --shards 16 --workers 4 --rate 10 --duration 60
     """
     config = current_config()

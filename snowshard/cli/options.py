@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from datetime import timedelta, timezone, tzinfo
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
@@ -20,16 +21,19 @@ from snowshard.cli.config import (
     parse_time,
     resolve,
 )
-from snowshard.errors import SnowshardError
+from snowshard.errors import FieldOutOfRange, IdTypeError, SnowshardError
 from snowshard.layout import Layout
-from snowshard.strategies import Gene, Mix, Mod, ShardStrategy, Shift
+from snowshard.strategies import Gene, Hash, Mix, Mod, ShardStrategy, Shift
 
 __all__ = [
     "KEY_TYPES",
+    "Key",
     "TimeParam",
     "ZoneParam",
+    "apply_to_key",
     "current_config",
     "json_option",
+    "key_kind",
     "key_type_option",
     "layout_options",
     "make_shift",
@@ -51,7 +55,19 @@ else:
 _META_SPEC = "snowshard.cli.layout_spec"
 _META_FLAGS = "snowshard.cli.layout_flags"
 _META_RESOLVED = "snowshard.cli.resolved"
-KEY_TYPES = ("auto", "int", "str", "uuid")
+KEY_TYPES = ("auto", "int", "str", "bytes", "uuid")
+
+Key = Union[int, str, bytes, uuid.UUID]
+"""A shard key as the library takes it (see :func:`snowshard.genes.key_to_int`)."""
+
+_INT_TEXT = re.compile(r"-?[0-9]+")
+_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_SIMPLE_STRATEGIES: dict[str, Callable[[int], ShardStrategy]] = {
+    "gene": Gene,
+    "mod": Mod,
+    "mix": Mix,
+    "hash": Hash,
+}
 
 
 class TimeParam(_IntParam):
@@ -183,8 +199,11 @@ def key_type_option(func: F) -> F:
         type=click.Choice(KEY_TYPES),
         default="auto",
         show_default=True,
-        help="How to read keys: auto = digits are an int key, anything else a str key "
-        "(hashed with BLAKE2b, as snowshard does in the app).",
+        help="How to read keys. auto: an integer (digits with an optional leading '-') is an "
+        "int key, a UUID written 8-4-4-4-12 is a UUID key, anything else a str key; "
+        "bytes: hexadecimal (0a1b or 0x0a1b). Keys route exactly as in snowshard: ints as "
+        "themselves (negative ones are refused), UUIDs by their 128-bit value, str (UTF-8) "
+        "and bytes by their BLAKE2b-64 digest.",
     )(func)
 
 
@@ -196,7 +215,8 @@ def routing_options(func: F) -> F:
             "--strategy",
             type=click.Choice(STRATEGIES),
             default=None,
-            help="gene: x & (n-1); mod: x % n; mix: (x ^ x>>16) % n; shift: (x >> bits) % n.",
+            help="gene: x & (n-1); mod: x % n; mix: (x ^ x>>16) % n; hash: fmix64(x) % n; "
+            "shift: (x >> bits) % n.",
         ),
         click.option(
             "--shards", type=click.IntRange(min=1), metavar="N", default=None, help="Shard count."
@@ -212,8 +232,8 @@ def routing_options(func: F) -> F:
             "--shift-by",
             type=click.Choice(SHIFT_BY),
             default=None,
-            help="Shift off everything below the timestamp (time, the default: seed 002's "
-            "fix) or below the worker (worker).",
+            help="Shift off everything below the timestamp (time, the default: spreads IDs "
+            "evenly however few workers issue them) or below the worker (worker).",
         ),
     ]
     for option in reversed(options):
@@ -221,21 +241,74 @@ def routing_options(func: F) -> F:
     return func
 
 
-def parse_key(text: str, key_type: str) -> object:
-    """A shard key from the command line (see ``--key-type``)."""
+def parse_key(text: str, key_type: str, hint: str = "'KEY'") -> Key:
+    """A shard key from the command line, read as ``--key-type`` says.
+
+    Only the reading happens here; whether the library accepts the key (a negative int is
+    refused) is left to the library, see :func:`apply_to_key`. ``hint`` names the argument
+    or option in usage errors.
+    """
     if key_type == "str":
         return text
+    if key_type == "bytes":
+        return _parse_bytes(text, hint)
     if key_type == "uuid":
         try:
-            return uuid.UUID(text)
+            return uuid.UUID(text.strip())
         except ValueError:
-            raise click.BadParameter(f"{text!r} is not a UUID") from None
-    digits = text.strip()
-    if digits.isascii() and digits.isdigit():
-        return int(digits)
+            raise click.BadParameter(
+                f"{text!r} is not a UUID; give one like 12345678-1234-5678-1234-567812345678",
+                param_hint=hint,
+            ) from None
+    stripped = text.strip()
+    if _INT_TEXT.fullmatch(stripped):
+        return int(stripped)
     if key_type == "int":
-        raise click.BadParameter(f"{text!r} is not a non-negative integer key")
+        raise click.BadParameter(
+            f"{text!r} is not an integer; give decimal digits such as 1820, or pick another "
+            "--key-type",
+            param_hint=hint,
+        )
+    if _UUID_TEXT.fullmatch(stripped):
+        return uuid.UUID(stripped)
     return text
+
+
+def _parse_bytes(text: str, hint: str) -> bytes:
+    digits = text.strip()
+    if digits[:2].lower() == "0x":
+        digits = digits[2:]
+    try:
+        return bytes.fromhex(digits)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not hexadecimal bytes; give an even number of hex digits such as "
+            "0a1b or 0x0a1b",
+            param_hint=hint,
+        ) from None
+
+
+def key_kind(key: Key) -> str:
+    """The ``--key-type`` name of a parsed key: int, str, bytes or uuid."""
+    return "uuid" if isinstance(key, uuid.UUID) else type(key).__name__
+
+
+def apply_to_key(
+    func: Callable[[Key], int], text: str, key: Key, hint: str = "'KEY'"
+) -> int:
+    """``func(key)`` (a library call), with the library's key errors as usage errors.
+
+    The library refuses keys by raising :class:`FieldOutOfRange` (a negative int) or
+    :class:`IdTypeError`; the command reports the same error, by name, and exits 2.
+    """
+    try:
+        return func(key)
+    except (FieldOutOfRange, IdTypeError) as exc:
+        if isinstance(key, int) and key < 0:
+            todo = f"To use the text {text!r} as a str key instead, pass --key-type str"
+        else:
+            todo = "Give an int >= 0, a str, bytes or a UUID"
+        raise click.BadParameter(f"{type(exc).__name__}: {exc}. {todo}.", param_hint=hint) from None
 
 
 def strategy_from(
@@ -266,10 +339,8 @@ def strategy_from(
 
 
 def simple_strategy(name: str, count: int) -> ShardStrategy:
-    """``Gene``, ``Mod`` or ``Mix`` of ``count`` shards by name."""
-    if name == "gene":
-        return Gene(count)
-    return Mod(count) if name == "mod" else Mix(count)
+    """``Gene``, ``Mod``, ``Mix`` or ``Hash`` of ``count`` shards by its CLI name."""
+    return _SIMPLE_STRATEGIES[name](count)
 
 
 def make_shift(
@@ -294,6 +365,8 @@ def rule_of(strategy: ShardStrategy) -> str:
         return f"x % {n}"
     if isinstance(strategy, Mix):
         return f"(x ^ (x >> 16)) % {n}"
+    if isinstance(strategy, Hash):
+        return f"fmix64(x) % {n}"
     if isinstance(strategy, Shift):
         return f"(x >> {strategy.bits}) % {n}"
     return repr(strategy)
