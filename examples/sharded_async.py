@@ -2,6 +2,9 @@
 
 Orders are sharded over 8 tables, 4 per database file. Writes, routed reads, a merged
 fan-out, ``get`` and keyset pagination are awaited exactly like with ``AsyncSession``.
+
+Needs the ``async`` extra (aiosqlite, and greenlet for SQLAlchemy's asyncio bridge):
+``pip install -e ".[async]"``. Without it the script exits with that hint.
 Run: ``python examples/sharded_async.py``.
 """
 
@@ -10,6 +13,15 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+
+try:
+    import aiosqlite  # noqa: F401  (the driver behind sqlite+aiosqlite://)
+    import greenlet  # noqa: F401  (SQLAlchemy runs async drivers through it)
+except ImportError as missing:
+    raise SystemExit(
+        f"examples/sharded_async.py needs the async extra (cannot import {missing.name}): "
+        'pip install -e ".[async]"'
+    ) from None
 
 from sqlalchemy import BigInteger, Integer, func, select
 from sqlalchemy.ext.asyncio import create_async_engine

@@ -8,7 +8,10 @@ the two results are merged in Python (ORDER BY, LIMIT, COUNT/SUM/AVG).
 The server comes from ``SNOWSHARD_TEST_POSTGRES_URL`` (default: the local ``postgres``
 database); two throw-away databases are created and dropped. Two-phase commit needs
 ``max_prepared_transactions > 0`` on the server; without it the example commits each
-database in turn and says so. Run: ``python examples/sharded_postgres.py``.
+database in turn and says so.
+
+Needs the ``postgres`` extra (psycopg 3): ``pip install -e ".[postgres]"``. Without it the
+script exits with that hint. Run: ``python examples/sharded_postgres.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+try:
+    import psycopg  # noqa: F401  (the driver behind postgresql+psycopg://)
+except ImportError:
+    raise SystemExit(
+        "examples/sharded_postgres.py needs the postgres extra (cannot import psycopg): "
+        'pip install -e ".[postgres]"'
+    ) from None
 
 from sqlalchemy import BigInteger, Engine, Integer, String, create_engine, event, func, select, text
 from sqlalchemy.engine import make_url

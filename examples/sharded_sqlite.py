@@ -4,7 +4,8 @@ Users are sharded by their own snowflake ID, which carries the gene of their e-m
 address (a root entity takes its gene from a natural key, never from another snowflake's
 low bits). Orders and their items carry the user's gene, so a user, the user's orders and
 their items all live in tables of the same index: ``users_07``, ``orders_07``,
-``items_07``. Run: ``python examples/sharded_sqlite.py``.
+``items_07``. Needs no extra, only snowshard itself: ``pip install -e .``.
+Run: ``python examples/sharded_sqlite.py``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Snowflake IDs start with their creation time, so "the last hour" is an ID range
 (``id_between``), served by each table's primary key index: no ``created_at`` column.
 The per-10-minute buckets are computed in SQL from the IDs (``id_unix_ms``). Three hours
 of orders are simulated with a manual clock, so the report is the same on every run.
+Needs no extra, only snowshard itself: ``pip install -e .``.
 Run: ``python examples/time_range_report.py``.
 """
 
