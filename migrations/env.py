@@ -17,7 +17,8 @@ Offline (``--sql``), each database's script is written to ``<sql_dir>/<key>.sql`
 
 Autogenerate compares each database with the tables of the models that live there
 (:func:`~snowshard.migrations.include_database`) and collapses per-shard operations into
-sharded ones (:data:`~snowshard.migrations.collapse_sharded_ops`).
+sharded ones (:data:`~snowshard.migrations.collapse_sharded_ops`, which also imports the
+snowshard column types a revision renders and orders drops so downgrades run on MariaDB).
 
 Programmatic use (tests): ``config.attributes["target_metadata"]`` replaces the example
 schema's metadata, and ``config.attributes["configure_logger"] = False`` leaves logging alone.
@@ -87,14 +88,6 @@ def _target_metadata() -> sa.MetaData:
     return metadata
 
 
-def _render_item(type_: str, obj: Any, autogen_context: Any) -> Any:
-    """Import the module of snowshard's column types in generated revisions."""
-    module = getattr(type(obj), "__module__", "")
-    if type_ == "type" and module.startswith("snowshard."):
-        autogen_context.imports.add(f"import {module}")
-    return False  # render as usual
-
-
 def _options(name: str) -> dict[str, Any]:
     """What every database's ``context.configure()`` gets, online and offline."""
     unsharded = config.get_main_option("unsharded_database", "default")
@@ -102,7 +95,6 @@ def _options(name: str) -> dict[str, Any]:
         "target_metadata": _target_metadata(),
         "include_object": include_database(name, unsharded=unsharded),
         "process_revision_directives": collapse_sharded_ops,
-        "render_item": _render_item,
         "snowshard_database": name,
         "upgrade_token": f"{name}_upgrades",
         "downgrade_token": f"{name}_downgrades",

@@ -29,6 +29,7 @@ __all__ = [
     "has_having",
     "has_multi_values",
     "has_options",
+    "is_type_bound",
     "keyed_subquery",
     "limit_offset_of",
     "order_by_of",
@@ -130,6 +131,16 @@ def copy_schema_item(item: Any, **kw: Any) -> Any:
     """A copy of a ``Column`` or ``Constraint`` (``_copy``, all versions; the public ``copy()``
     is deprecated since SQLAlchemy 1.4)."""
     return item._copy(**kw)
+
+
+def is_type_bound(constraint: Any) -> bool:
+    """Whether a constraint belongs to its column's type (the CHECK of a Boolean or Enum).
+
+    The type re-makes such a constraint when its table is copied, so copying it too would
+    create it twice. SQLAlchemy marks them with the private ``_type_bound`` flag in all
+    versions (2.0.x, 2.1.x) and has no public reader.
+    """
+    return bool(getattr(constraint, "_type_bound", False))
 
 
 class KeyedSubquery(Subquery):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +53,11 @@ def generate_note_revision(urls: list[str], tmp_path: Path) -> tuple[str, Config
     config = alembic_config(urls, tmp_path, metadata_with_note())
     versions = tmp_path / "versions"
     versions.mkdir()
-    config.set_main_option("version_locations", f"{REPO_VERSIONS}{os.pathsep}{versions}")
+    # one location holding a copy of the repository's revisions: how several locations are
+    # separated in version_locations differs between Alembic versions
+    for revision in REPO_VERSIONS.glob("*.py"):
+        shutil.copy(revision, versions)
+    config.set_main_option("version_locations", str(versions))
     command.upgrade(config, "head")
     command.revision(
         config, "orders note", autogenerate=True, rev_id="0002", version_path=str(versions)

@@ -128,7 +128,7 @@ def test_offline_sql_is_written_per_database(tmp_path: Path) -> None:
     db1 = (tmp_path / "sql" / "db1.sql").read_text()
     assert "CREATE TABLE orders_07 (" in default and "CREATE TABLE orders_08 (" not in default
     assert "CREATE TABLE orders_08 (" in db1 and "CREATE TABLE orders_07 (" not in db1
-    assert "CREATE TABLE IF NOT EXISTS users (" in default and "users" not in db1
+    assert "CREATE TABLE users (" in default and "users" not in db1
     assert "REFERENCES orders_15 (id)" in db1
     assert "INSERT INTO alembic_version (version_num) VALUES ('0001')" in db1
 

@@ -8,12 +8,25 @@ runnable multi-database environment built on them::
 
     alembic -c migrations/alembic.ini upgrade head
 
+``docs/migrations.md`` ("Alembic in your project") has complete ``env.py`` files for one
+database and for several.
+
 MariaDB/MySQL commit DDL implicitly, so a failed upgrade can leave some physical tables
 changed; the sharded operations skip what is already done, so running the upgrade again
 completes it (details in :mod:`snowshard.migrations.ops`).
 """
 
 from __future__ import annotations
+
+from snowshard.errors import MissingExtra
+
+try:
+    import alembic  # noqa: F401
+except ImportError as error:
+    raise MissingExtra(
+        f"snowshard.migrations needs Alembic ({error}); install it with: "
+        f"pip install \"snowshard[migrations]\""
+    ) from error
 
 from snowshard.migrations.autogenerate import (
     SPECS_OPTION,

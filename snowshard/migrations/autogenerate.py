@@ -13,7 +13,20 @@ Operations that differ between shards (one shard is missing an index the others 
 differently named, say) are left per table, so nothing is ever generated for a table that
 does not need it.
 
-In ``env.py``::
+It also makes generated revisions run as written, on every backend:
+
+* **Imports.** Alembic renders a column type that is not SQLAlchemy's by its module path
+  (``snowshard.orm.types.SnowflakeType()``) without importing it; the rewriter adds
+  ``import snowshard.orm.types`` (and the like, for any such type the revision renders,
+  also when ``render_item`` left it to Alembic) to the revision's imports, and
+  ``from snowshard.sharding.spec import ShardSpec`` when a sharded operation is rendered.
+  A table left per shard does not render its ``ShardInfo``: it is not part of the schema.
+* **Order.** An index dropped just before its table (a downgrade of the revision that
+  created both) is left out, since dropping the table drops it, and a foreign key dropped
+  on a table is dropped before the indexes, unique constraints and columns dropped on the
+  same table: MariaDB/MySQL refuse to drop an index a foreign key still needs.
+
+In ``env.py`` (complete files: ``docs/migrations.md``)::
 
     from snowshard.migrations import collapse_sharded_ops, include_database
 
@@ -34,16 +47,23 @@ from __future__ import annotations
 import copy
 import string
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from alembic.autogenerate import Rewriter, render_op_text, renderers
+from alembic.autogenerate import Rewriter, render_op_text
 from alembic.autogenerate.api import AutogenContext
 from alembic.operations import MigrateOperation
 from alembic.operations import ops as alembic_ops
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.sql.elements import TextClause
 
+from snowshard._compat import (
+    alembic_reverse,
+    copy_schema_item,
+    is_type_bound,
+    register_renderer,
+    set_alembic_reverse,
+)
 from snowshard.migrations.ops import (
     SENTINEL_TABLE,
     ShardedOperation,
@@ -146,7 +166,7 @@ def _register_renderers() -> None:
                 seen.add(sub)
                 pending.append(sub)
                 if "op_name" in vars(sub):
-                    renderers.dispatch_for(sub, replace=True)(_render_sharded)
+                    register_renderer(sub, _render_sharded)
 
 
 _register_renderers()
@@ -247,7 +267,7 @@ class _Templater:
         table = op.to_table()
         items: list[Any] = []
         for column in table.columns:
-            made = column._copy()  # attached: its FKs are constraints, re-made below
+            made = copy_schema_item(column)  # attached: its FKs are constraints, re-made below
             made.unique = made.index = False
             items.append(made)
         for constraint in table.constraints:
@@ -267,7 +287,7 @@ class _Templater:
                         **constraint.dialect_kwargs,
                     )
                 )
-            elif getattr(constraint, "_type_bound", False):
+            elif is_type_bound(constraint):
                 continue
             elif isinstance(constraint, sa.PrimaryKeyConstraint):
                 if constraint.columns:
@@ -299,22 +319,24 @@ class _Templater:
         if isinstance(op, alembic_ops.CreateTableOp):
             return self.create_table(op)
         if isinstance(op, alembic_ops.DropTableOp):
-            reverse = op._reverse and self.create_table(op._reverse)
-            return alembic_ops.DropTableOp(
-                SENTINEL_TABLE, schema=op.schema, if_exists=op.if_exists, _reverse=reverse
-            )
+            dropped_t = copy.copy(op)
+            dropped_t.table_name = SENTINEL_TABLE
+            dropped_t.table_kw = {k: v for k, v in op.table_kw.items() if k != "info"}
+            original = alembic_reverse(op)
+            set_alembic_reverse(dropped_t, original and self.create_table(original))
+            return dropped_t
         if isinstance(op, alembic_ops.AddColumnOp):
             added = copy.copy(op)
             added.table_name = SENTINEL_TABLE
-            added.column = op.column._copy()
+            added.column = copy_schema_item(op.column)
             return added
         if isinstance(op, alembic_ops.DropColumnOp):
             dropped = copy.copy(op)
             dropped.table_name = SENTINEL_TABLE
-            if op._reverse is not None:
-                converted = self.convert(op._reverse)
+            if alembic_reverse(op) is not None:
+                converted = self.convert(alembic_reverse(op))
                 assert isinstance(converted, alembic_ops.AddColumnOp)
-                dropped._reverse = converted
+                set_alembic_reverse(dropped, converted)
             return dropped
         if isinstance(op, alembic_ops.AlterColumnOp):
             altered = copy.copy(op)
@@ -338,11 +360,11 @@ class _Templater:
             dropped_ix = copy.copy(op)
             dropped_ix.table_name = SENTINEL_TABLE
             dropped_ix.index_name = self.name(op.index_name) or ""
-            if op._reverse is not None:
-                reverse_ix = self.convert(op._reverse)
+            if alembic_reverse(op) is not None:
+                reverse_ix = self.convert(alembic_reverse(op))
                 if not isinstance(reverse_ix, alembic_ops.CreateIndexOp):
                     return None
-                dropped_ix._reverse = reverse_ix
+                set_alembic_reverse(dropped_ix, reverse_ix)
             return dropped_ix
         if isinstance(op, alembic_ops.CreateForeignKeyOp):
             fk = copy.copy(op)
@@ -361,11 +383,11 @@ class _Templater:
             dropped_c = copy.copy(op)
             dropped_c.table_name = SENTINEL_TABLE
             dropped_c.constraint_name = self.name(op.constraint_name)
-            if op._reverse is not None:
-                reverse_c = self.convert(op._reverse)
+            if alembic_reverse(op) is not None:
+                reverse_c = self.convert(alembic_reverse(op))
                 if not isinstance(reverse_c, alembic_ops.AddConstraintOp):
                     return None
-                dropped_c._reverse = reverse_c
+                set_alembic_reverse(dropped_c, reverse_c)
             return dropped_c
         return None
 
@@ -376,13 +398,31 @@ class _Templater:
 class _Entry:
     """One operation of the stream, with the table it changes and its sharded form."""
 
-    def __init__(self, op: MigrateOperation, table: str | None, schema: str | None) -> None:
+    def __init__(
+        self,
+        op: MigrateOperation,
+        table: str | None,
+        schema: str | None,
+        parent: alembic_ops.ModifyTableOps | None,
+    ) -> None:
         self.op = op
         self.table = table
         self.schema = schema
+        self.parent = parent
         self.sharded: ShardedOperation | None = None
         self.key: tuple[Any, ...] | None = None
         self.rendered = ""
+
+
+class _Item(NamedTuple):
+    """One operation of the rewritten stream and the ModifyTableOps it came from, if any."""
+
+    op: MigrateOperation
+    parent: alembic_ops.ModifyTableOps | None
+
+
+_TableKey = tuple[str | None, str]
+"""(schema, physical table name)."""
 
 
 def _table_of(op: MigrateOperation) -> str | None:
@@ -392,24 +432,37 @@ def _table_of(op: MigrateOperation) -> str | None:
     return None if name is None else str(name)
 
 
-def _collapse(context: MigrationContext, container: alembic_ops.OpContainer) -> None:
-    lookup = _Lookup(context)
-    if not lookup.by_name:
-        return
-    opts = {
+def _autogen_context(context: MigrationContext, **opts: Any) -> AutogenContext:
+    """An AutogenContext rendering as env.py's does (defaults for contexts made by hand)."""
+    merged = {
         "alembic_module_prefix": "op.",
         "sqlalchemy_module_prefix": "sa.",
         "user_module_prefix": None,
+        "render_item": None,
         **context.opts,
+        **opts,
     }
-    autogen_context = AutogenContext(context, opts=opts, autogenerate=False)
-    entries: list[_Entry] = []
-    for op in container.ops:
-        if isinstance(op, alembic_ops.ModifyTableOps):
-            entries += [_Entry(inner, op.table_name, op.schema) for inner in op.ops]
-        else:
-            entries.append(_Entry(op, _table_of(op), getattr(op, "schema", None)))
+    return AutogenContext(context, opts=merged, autogenerate=False)
 
+
+def _without_shard_info(op: MigrateOperation) -> None:
+    """Keep a per-table ``create_table`` from rendering ``info={'snowshard': ShardInfo(...)}``.
+
+    The ShardInfo tells autogenerate which spec a table belongs to; it is not schema, and
+    rendered it would need imports the revision does not have.
+    """
+    if isinstance(op, alembic_ops.CreateTableOp):
+        info = getattr(op, "info", None)
+        if isinstance(info, dict) and "snowshard" in info:
+            op.info = {key: value for key, value in info.items() if key != "snowshard"}
+
+
+def _collapsed(context: MigrationContext, entries: list[_Entry]) -> list[_Item]:
+    """The stream with the operations that agree on every table of a spec made one."""
+    lookup = _Lookup(context)
+    if not lookup.by_name:
+        return [_Item(entry.op, entry.parent) for entry in entries]
+    autogen_context = _autogen_context(context)
     renderings: dict[tuple[Any, ...], set[str]] = {}
     for entry in entries:
         info = lookup.get(entry.table)
@@ -427,50 +480,200 @@ def _collapse(context: MigrationContext, container: alembic_ops.OpContainer) -> 
         entry.key = (info.spec, type(entry.sharded), entry.sharded.target)
         renderings.setdefault(entry.key, set()).add(entry.rendered)
 
+    items: list[_Item] = []
+    emitted: set[tuple[Any, ...]] = set()
+    for entry in entries:
+        if entry.key is not None and len(renderings[entry.key]) == 1:
+            if entry.key not in emitted:
+                emitted.add(entry.key)
+                assert entry.sharded is not None
+                items.append(_Item(entry.sharded, None))
+        else:
+            _without_shard_info(entry.op)
+            items.append(_Item(entry.op, entry.parent))
+    return items
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+def _plain(op: MigrateOperation) -> MigrateOperation:
+    """The Alembic operation ``op`` is, or stands for (a sharded one's template)."""
+    return op.template if isinstance(op, ShardedOperation) else op
+
+
+def _tables(item: _Item) -> frozenset[_TableKey]:
+    """The physical tables an operation changes (every table of a sharded one's spec)."""
+    op = item.op
+    if isinstance(op, ShardedOperation):
+        return frozenset((op.schema, name) for name in op.spec.table_names)
+    if item.parent is not None:
+        return frozenset({(item.parent.schema, item.parent.table_name)})
+    table = _table_of(op)
+    return frozenset() if table is None else frozenset({(getattr(op, "schema", None), table)})
+
+
+def _is_fk_drop(op: MigrateOperation) -> bool:
+    plain = _plain(op)
+    return isinstance(plain, alembic_ops.DropConstraintOp) and plain.constraint_type == "foreignkey"
+
+
+def _may_need_a_fk_gone(op: MigrateOperation) -> bool:
+    """Drops that MariaDB/MySQL refuse while a foreign key still uses what they remove."""
+    plain = _plain(op)
+    if isinstance(plain, alembic_ops.DropConstraintOp):
+        return plain.constraint_type != "foreignkey"
+    return isinstance(plain, (alembic_ops.DropIndexOp, alembic_ops.DropColumnOp))
+
+
+def _fk_tables(item: _Item) -> frozenset[_TableKey]:
+    """The tables a dropped foreign key is on, and the ones it refers to (when known)."""
+    tables = set(_tables(item))
+    reverse = alembic_reverse(_plain(item.op))
+    if isinstance(reverse, alembic_ops.CreateForeignKeyOp):
+        schema = reverse.kw.get("referent_schema")
+        op = item.op
+        if isinstance(op, ShardedOperation):
+            for index in range(op.spec.count):
+                try:
+                    tables.add((schema, _Shard(op.spec, index).format(reverse.referent_table)))
+                except (KeyError, IndexError, ValueError):
+                    break
+        else:
+            tables.add((schema, reverse.referent_table))
+    return frozenset(tables)
+
+
+def _order_drops(items: list[_Item]) -> list[_Item]:
+    """Order the drops so that the stream runs on every backend.
+
+    An index dropped before its table is dropped later in the stream is left out: the table
+    takes it along, and MariaDB/MySQL refuse to drop an index a foreign key of the table
+    still uses (the downgrade of a revision that created both). A dropped foreign key moves
+    before the first index, unique constraint or column dropped on its tables, for the same
+    reason; dropping a foreign key earlier never breaks anything.
+    """
+    kept: list[_Item] = []
+    dropped_later: set[_TableKey] = set()
+    for item in reversed(items):
+        plain = _plain(item.op)
+        tables = _tables(item)
+        if isinstance(plain, alembic_ops.DropIndexOp) and tables and tables <= dropped_later:
+            continue
+        if isinstance(plain, alembic_ops.DropTableOp):
+            dropped_later |= tables
+        kept.append(item)
+    kept.reverse()
+
+    ordered: list[_Item] = []
+    for item in kept:
+        position = len(ordered)
+        if _is_fk_drop(item.op):
+            tables = _fk_tables(item)
+            for index, earlier in enumerate(ordered):
+                if _may_need_a_fk_gone(earlier.op) and tables & _tables(earlier):
+                    position = index
+                    break
+        ordered.insert(position, item)
+    return ordered
+
+
+def _regroup(items: list[_Item]) -> list[MigrateOperation]:
+    """Operations of one table that follow each other go back into one ModifyTableOps."""
     result: list[MigrateOperation] = []
     pending: alembic_ops.ModifyTableOps | None = None
-    emitted: set[tuple[Any, ...]] = set()
-
-    def flush() -> None:
-        nonlocal pending
-        if pending is not None and pending.ops:
+    for op, parent in items:
+        if parent is None:
+            pending = None
+            result.append(op)
+            continue
+        if pending is None or (pending.table_name, pending.schema) != (
+            parent.table_name,
+            parent.schema,
+        ):
+            pending = alembic_ops.ModifyTableOps(parent.table_name, [], schema=parent.schema)
             result.append(pending)
-        pending = None
+        pending.ops.append(op)
+    return result
 
-    modify_tables = {
-        id(inner): op
-        for op in container.ops
-        if isinstance(op, alembic_ops.ModifyTableOps)
-        for inner in op.ops
-    }
-    for entry in entries:
-        parent = modify_tables.get(id(entry.op))
-        if entry.key is not None and len(renderings[entry.key]) == 1:
-            if entry.key in emitted:
-                continue
-            emitted.add(entry.key)
-            flush()
-            assert entry.sharded is not None
-            result.append(entry.sharded)
-        elif parent is None:
-            flush()
-            result.append(entry.op)
+
+def _rewrite(context: MigrationContext, container: alembic_ops.OpContainer) -> None:
+    entries: list[_Entry] = []
+    for op in container.ops:
+        if isinstance(op, alembic_ops.ModifyTableOps):
+            entries += [_Entry(inner, op.table_name, op.schema, op) for inner in op.ops]
         else:
-            if pending is None or pending.table_name != parent.table_name:
-                flush()
-                pending = alembic_ops.ModifyTableOps(
-                    parent.table_name, [], schema=parent.schema
-                )
-            pending.ops.append(entry.op)
-    flush()
-    container.ops = result
+            entries.append(_Entry(op, _table_of(op), getattr(op, "schema", None), None))
+    container.ops = _regroup(_order_drops(_collapsed(context, entries)))
 
 
-collapse_sharded_ops = Rewriter()
+# --------------------------------------------------------------------------- imports
+
+
+_NOT_IMPORTED = ("sqlalchemy", "builtins", "__main__")
+
+
+def _imports_for(context: MigrationContext, script: alembic_ops.MigrationScript) -> set[str]:
+    """``import <module>`` for every type the script renders by its module path.
+
+    Alembic renders a type that is not SQLAlchemy's as ``<module>.<repr>`` (with the default
+    ``user_module_prefix=None``) and imports nothing for it. The script is rendered once here
+    with a ``render_item`` hook (wrapping the environment's own) noting those types; a
+    module is imported when its path shows up in what was rendered.
+    """
+    if context.opts.get("user_module_prefix") is not None:
+        return set()  # the environment chose how such types are spelled and imported
+    user_render = context.opts.get("render_item")
+    seen: set[str] = set()
+
+    def note(type_: str, obj: Any, autogen_context: AutogenContext) -> Any:
+        rendered = user_render(type_, obj, autogen_context) if user_render else False
+        if rendered is False and type_ == "type":
+            module = type(obj).__module__
+            if module.split(".")[0] not in _NOT_IMPORTED and module.isascii():
+                seen.add(module)
+        return rendered
+
+    autogen_context = _autogen_context(context, render_item=note)
+    imports: set[str] = set()
+    for container in (*script.upgrade_ops_list, *script.downgrade_ops_list):
+        for op in container.ops:
+            seen.clear()
+            try:
+                text = render_op_text(autogen_context, op)
+            except Exception:  # noqa: BLE001 - rendered for real later, which reports it
+                continue
+            imports.update(f"import {module}" for module in seen if f"{module}." in text)
+    return imports
+
+
+# --------------------------------------------------------------------------- the rewriter
+
+
+class _CollapseShardedOps(Rewriter):
+    """A Rewriter that, after every rewrite (chained ones too), completes the imports."""
+
+    def __call__(
+        self,
+        context: MigrationContext,
+        revision: Any,
+        directives: list[alembic_ops.MigrationScript],
+    ) -> None:
+        super().__call__(context, revision, directives)
+        for script in directives:
+            imports = _imports_for(context, script)
+            if not imports <= script.imports:
+                # a new set: MigrationScript's default ``imports`` is shared by every script
+                script.imports = set(script.imports) | imports
+
+
+collapse_sharded_ops = _CollapseShardedOps()
 """``process_revision_directives`` for env.py: per-shard operations become sharded ones.
 
 An Alembic :class:`~alembic.autogenerate.Rewriter`; chain it with your own rewriters with
-``collapse_sharded_ops.chain(other)``.
+``collapse_sharded_ops.chain(other)``. Besides collapsing, it orders drops so that
+downgrades run on MariaDB/MySQL too, and adds the imports of the snowshard column types
+(and any other non-SQLAlchemy type) the revision renders.
 """
 
 
@@ -478,7 +681,7 @@ An Alembic :class:`~alembic.autogenerate.Rewriter`; chain it with your own rewri
 def _collapse_upgrade(
     context: MigrationContext, revision: Any, directive: alembic_ops.UpgradeOps
 ) -> alembic_ops.UpgradeOps:
-    _collapse(context, directive)
+    _rewrite(context, directive)
     return directive
 
 
@@ -486,6 +689,5 @@ def _collapse_upgrade(
 def _collapse_downgrade(
     context: MigrationContext, revision: Any, directive: alembic_ops.DowngradeOps
 ) -> alembic_ops.DowngradeOps:
-    _collapse(context, directive)
+    _rewrite(context, directive)
     return directive
-

@@ -21,10 +21,11 @@ the place of the table name, and has a ``reverse()`` (so autogenerate writes the
 **Which tables.** An operation touches the physical tables of ``spec`` that live in the
 database being migrated *now*: ``spec.tables_in(key)``, where ``key`` is the
 ``snowshard_database`` option given to ``context.configure()`` in ``env.py`` (the
-multi-database environment passes each database's name). Without that option the key is
-:data:`~snowshard.sharding.spec.DEFAULT_DATABASE`, which suits a spec kept in one database; a
-spec spread over several databases then raises :class:`ShardMigrationError` rather than
-guessing. A database that holds none of the spec's tables is left alone.
+multi-database environment passes each database's name). Without that option a spec kept
+in one database is migrated in whatever database the environment runs on (a single-database
+``env.py`` needs no option), and a spec spread over several databases raises
+:class:`ShardMigrationError` rather than guessing, whatever its database keys are called. A
+database that holds none of the spec's tables is left alone.
 
 **Names.** Index and constraint names, and the referent table of a foreign key, are
 :meth:`str.format` templates filled in per physical table with ``{table}`` (the physical table
@@ -80,6 +81,12 @@ from sqlalchemy.engine.reflection import Inspector
 from sqlalchemy.sql.elements import ColumnElement, TextClause
 from sqlalchemy.sql.schema import SchemaItem
 
+from snowshard._compat import (
+    alembic_reverse,
+    copy_schema_item,
+    is_type_bound,
+    set_alembic_reverse,
+)
 from snowshard.errors import SnowshardError
 from snowshard.sharding.spec import DEFAULT_DATABASE, ShardConfigError, ShardSpec
 
@@ -172,23 +179,50 @@ def _check_template(spec: ShardSpec, template: object, what: str) -> None:
         ) from None
 
 
+_D = TypeVar("_D", bound=MigrateOperation)
+
+
+def _physical_drop(template: _D, table: str) -> _D:
+    """A copy of the drop operation ``template`` for ``table``, without what it undoes.
+
+    A copy keeps every option the template has (``if_exists`` and the like, which not every
+    supported Alembic version has on every operation). Without its reverse, Alembic drops
+    by name, as for an operation written by hand.
+    """
+    dropped = copy.copy(template)
+    dropped.table_name = table  # type: ignore[attr-defined]
+    set_alembic_reverse(dropped, None)
+    table_kw = getattr(dropped, "table_kw", None)
+    if isinstance(table_kw, dict):
+        dropped.table_kw = dict(table_kw)  # type: ignore[attr-defined]
+    return dropped
+
+
 def current_database(context: MigrationContext, spec: ShardSpec | None = None) -> str:
     """The bind key being migrated: ``context.configure(snowshard_database=...)``.
 
-    Without the option this is ``"default"``; if ``spec`` has no tables there, the
-    environment forgot to say which database it migrates, and this raises.
+    Without the option, a ``spec`` kept in one database is migrated wherever the
+    environment runs (its one key is returned), and without a ``spec`` this is
+    ``"default"``. A ``spec`` spread over several databases raises
+    :class:`ShardMigrationError`: every database would otherwise get the same tables
+    (those of whichever key was assumed) and the others none, whatever the keys are called.
     """
     key = context.opts.get(DATABASE_OPTION)
     if key is not None:
         return str(key)
-    if spec is not None and DEFAULT_DATABASE not in spec.databases:
+    if spec is None:
+        return DEFAULT_DATABASE
+    if len(spec.databases) > 1:
         raise ShardMigrationError(
-            f"{spec.name} is spread over databases {sorted(spec.databases)} but the migration "
-            f"context does not say which one it migrates: pass "
-            f"context.configure(..., {DATABASE_OPTION}=<database key>) in env.py",
+            f"{spec.name} is spread over the databases {sorted(spec.databases)}, but the "
+            f"migration context does not say which of them it is migrating: pass "
+            f"{DATABASE_OPTION}=<database key> to context.configure() in env.py, with the "
+            f"key of the database its connection reaches (the multi-database env.py in "
+            f"docs/migrations.md passes {DATABASE_OPTION}=name for each database)",
             operation=spec.name,
         )
-    return DEFAULT_DATABASE
+    [only] = spec.databases
+    return only
 
 
 # --------------------------------------------------------------------------- inspection
@@ -302,7 +336,7 @@ class ShardedOperation(MigrateOperation):
 
     def _reversed_template(self, missing: str) -> Any:
         """The template's own reverse, or a ValueError naming what is not known."""
-        reverse = getattr(self.template, "_reverse", None)
+        reverse = alembic_reverse(self.template)
         if reverse is None:
             raise ValueError(f"{self.describe()} is not reversible: {missing} is not known")
         return reverse
@@ -413,7 +447,7 @@ def _failure(
 
 def _physical_table(template: sa.Table, shard: _Shard) -> sa.Table:
     """A copy of ``template`` named for ``shard``, with every name template filled in."""
-    columns = [column._copy() for column in template.columns]  # FKs are re-made below
+    columns = [copy_schema_item(column) for column in template.columns]  # FKs are re-made below
     for column in columns:
         column.unique = column.index = False  # their constraints are copied explicitly
     table = sa.Table(
@@ -427,12 +461,12 @@ def _physical_table(template: sa.Table, shard: _Shard) -> sa.Table:
     for constraint in template.constraints:
         if isinstance(constraint, sa.ForeignKeyConstraint):
             table.append_constraint(_physical_foreign_key(constraint, shard))
-        elif getattr(constraint, "_type_bound", False):
+        elif is_type_bound(constraint):
             continue  # re-created by the column's type (Boolean / Enum CHECK)
         elif isinstance(constraint, sa.PrimaryKeyConstraint) and not constraint.columns:
             continue
         else:
-            made = constraint._copy(target_table=table)
+            made = copy_schema_item(constraint, target_table=table)
             made.name = shard.format_name(constraint.name)
             table.append_constraint(made)
     for index in template.indexes:
@@ -525,17 +559,13 @@ class DropShardedTableOp(ShardedOperation):
 
     def _normalize(self, template: Any) -> Any:
         template = super()._normalize(template)
-        if template._reverse is not None:
-            template._reverse = CreateShardedTableOp(self.spec, template._reverse).template
+        reverse = alembic_reverse(template)
+        if reverse is not None:
+            set_alembic_reverse(template, CreateShardedTableOp(self.spec, reverse).template)
         return template
 
     def physical(self, shard: _Shard) -> MigrateOperation:
-        return alembic_ops.DropTableOp(
-            shard.table,
-            schema=self.template.schema,
-            if_exists=self.template.if_exists,
-            table_kw=dict(self.template.table_kw),
-        )
+        return _physical_drop(self.template, shard.table)
 
     def applied(self, insp: Inspector, shard: _Shard) -> bool:
         return not insp.has_table(shard.table, schema=self.schema)
@@ -553,10 +583,12 @@ class DropShardedTableOp(ShardedOperation):
         if_exists: bool | None = None,
         **kw: Any,
     ) -> None:
-        """Drop every physical table of ``spec`` in the current database (missing: skipped)."""
-        template = alembic_ops.DropTableOp(
-            SENTINEL_TABLE, schema=schema, if_exists=if_exists, table_kw=kw
-        )
+        """Drop every physical table of ``spec`` in the current database (missing: skipped).
+
+        ``if_exists`` needs Alembic 1.13.3 or later.
+        """
+        optional: dict[str, Any] = {} if if_exists is None else {"if_exists": if_exists}
+        template = alembic_ops.DropTableOp(SENTINEL_TABLE, schema=schema, table_kw=kw, **optional)
         operations.invoke(cls(spec, template))
 
 
@@ -576,7 +608,7 @@ class AddShardedColumnOp(ShardedOperation):
         if column.table is not None and column.table.name == SENTINEL_TABLE:
             return template  # already ours (a reverse of a reverse)
         if column.table is not None:
-            column = column._copy()  # attached (autogenerate): its FKs are separate ops
+            column = copy_schema_item(column)  # attached (autogenerate): its FKs are separate ops
         # a scratch table turns column-level ForeignKey()s into constraints we can re-make
         sa.Table(SENTINEL_TABLE, sa.MetaData(), column, schema=template.schema)
         template.column = column
@@ -590,7 +622,7 @@ class AddShardedColumnOp(ShardedOperation):
         return str(self.template.column.name)
 
     def physical(self, shard: _Shard) -> MigrateOperation:
-        column = self.template.column._copy()
+        column = copy_schema_item(self.template.column)
         for constraint in self.template.column.table.foreign_key_constraints:
             made = _physical_foreign_key(constraint, shard)
             for element in made.elements:
@@ -647,8 +679,9 @@ class DropShardedColumnOp(ShardedOperation):
 
     def _normalize(self, template: Any) -> Any:
         template = super()._normalize(template)
-        if template._reverse is not None:
-            template._reverse = AddShardedColumnOp(self.spec, template._reverse).template
+        reverse = alembic_reverse(template)
+        if reverse is not None:
+            set_alembic_reverse(template, AddShardedColumnOp(self.spec, reverse).template)
         return template
 
     @property
@@ -656,13 +689,7 @@ class DropShardedColumnOp(ShardedOperation):
         return str(self.template.column_name)
 
     def physical(self, shard: _Shard) -> MigrateOperation:
-        return alembic_ops.DropColumnOp(
-            shard.table,
-            self.template.column_name,
-            schema=self.template.schema,
-            if_exists=self.template.if_exists,
-            **self.template.kw,
-        )
+        return _physical_drop(self.template, shard.table)
 
     def applied(self, insp: Inspector, shard: _Shard) -> bool:
         if not insp.has_table(shard.table, schema=self.schema):
@@ -818,8 +845,9 @@ class DropShardedIndexOp(ShardedOperation):
 
     def _normalize(self, template: Any) -> Any:
         template = super()._normalize(template)
-        if template._reverse is not None:
-            template._reverse = CreateShardedIndexOp(self.spec, template._reverse).template
+        reverse = alembic_reverse(template)
+        if reverse is not None:
+            set_alembic_reverse(template, CreateShardedIndexOp(self.spec, reverse).template)
         return template
 
     def _templates(self) -> list[tuple[str, object]]:
@@ -1052,22 +1080,18 @@ class DropShardedConstraintOp(_ConstraintOp):
 
     def _normalize(self, template: Any) -> Any:
         template = super()._normalize(template)
-        if template._reverse is not None:
-            template._reverse = sharded_operation(self.spec, template._reverse).template
+        reverse = alembic_reverse(template)
+        if reverse is not None:
+            set_alembic_reverse(template, sharded_operation(self.spec, reverse).template)
         return template
 
     def constraint_kind(self) -> str | None:
         return self.template.constraint_type
 
     def physical(self, shard: _Shard) -> MigrateOperation:
-        t = self.template
-        return alembic_ops.DropConstraintOp(
-            shard.format_name(t.constraint_name),
-            shard.table,
-            type_=t.constraint_type,
-            schema=t.schema,
-            if_exists=t.if_exists,
-        )
+        dropped = _physical_drop(self.template, shard.table)
+        dropped.constraint_name = shard.format_name(self.template.constraint_name)
+        return dropped
 
     def applied(self, insp: Inspector, shard: _Shard) -> bool:
         if not insp.has_table(shard.table, schema=self.schema):
