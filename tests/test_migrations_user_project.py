@@ -282,6 +282,13 @@ def test_mariadb_one_database_project_from_the_docs(
     full_cycle(make_project(tmp_path, urls), urls, [ONE_DATABASE])
 
 
+@pytest.mark.parametrize("name", ["env_single.py", "env_multi.py", "alembic_multi.ini"])
+def test_readme_shows_the_tested_files(name: str) -> None:
+    """The README's env.py and alembic.ini are, verbatim, the docs files the tests migrate."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert doc_file(name) in readme
+
+
 def test_upgrade_needs_no_async_extra(database_factory: DatabaseFactory, tmp_path: Path) -> None:
     """A generated revision upgrades with greenlet and sqlalchemy.ext.asyncio unimportable."""
     urls = database_factory("sqlite")
