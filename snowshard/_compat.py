@@ -21,6 +21,7 @@ __all__ = [
     "LabelReference",
     "TextualLabelReference",
     "alembic_reverse",
+    "bundle_of",
     "copy_schema_item",
     "deannotated",
     "distinct_of",
@@ -125,6 +126,20 @@ def set_plugin_subject(statement: Any, subject: Any) -> None:
     the original's.
     """
     statement._set_propagate_attrs({"compile_state_plugin": "orm", "plugin_subject": subject})
+
+
+def bundle_of(element: Any) -> Any:
+    """The :class:`~sqlalchemy.orm.Bundle` whose SQL element ``element`` is, or None.
+
+    ``Bundle.__clause_element__()`` is a ``ClauseList`` annotated ``{"bundle": bundle}``
+    (``_annotations``, all versions); the ORM compiles a bundle from that bundle's
+    ``exprs``, not from the list's children, so a rewrite must build a new Bundle. Needed on
+    every version for a user's ``select(Bundle(...))``, and on SQLAlchemy 2.0.x for every
+    ``selectinload()``, whose statement selects ``Bundle("pk", ...)`` (2.1 selects the key
+    columns directly).
+    """
+    annotations = getattr(element, "_annotations", None)
+    return annotations.get("bundle") if annotations else None
 
 
 def copy_schema_item(item: Any, **kw: Any) -> Any:

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import BigInteger, Integer, String, event, func, select
 from sqlalchemy.orm import (
+    Bundle,
     DeclarativeBase,
     Mapped,
     declared_attr,
@@ -180,6 +181,18 @@ def test_selectinload_splits_the_parents_per_shard(
     order_tables = [t for t in sql.tables() if t]
     assert all(len(t) == 1 for t in order_tables)
     assert {t.pop() for t in order_tables} == {f"orders_{_shard(i)}" for i in ids}
+
+
+def test_bundle_of_a_routed_read_names_only_its_table(
+    shop: tuple[ShardedSession, Sql, list[int]],
+) -> None:
+    """select(Bundle(...)) keyed by user reads one physical table, never the logical one."""
+    session, sql, ids = shop
+    bundle = Bundle("order", Order.user_id, Order.amount)
+    rows = session.execute(select(bundle).where(Order.user_id == ids[2])).all()
+    assert [row.order.user_id for row in rows] == [ids[2], ids[2]]
+    assert [t for t in sql.tables() if t] == [{f"orders_{_shard(ids[2])}"}]
+    assert not [s for s in sql.sent if re.search(r"\borders\b", s)]  # the logical table
 
 
 def test_loader_options_on_a_fan_out_read_each_table(

@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ClauseElement, ColumnClause, ColumnElement
 from sqlalchemy.sql.visitors import replacement_traverse
 
 from snowshard._compat import (
+    bundle_of,
     deannotated,
     orm_annotated,
     plugin_subject_of,
@@ -77,6 +78,15 @@ def retarget(
         swap = swaps.get(id(element))
         if swap is not None:
             return swap
+        bundle = bundle_of(element)
+        if bundle is not None:
+            # the ORM reads a bundle's columns from the Bundle object, not from this
+            # element's children, so a new bundle over the retargeted columns replaces it
+            # (selectinload on SQLAlchemy 2.0 selects Bundle("pk", ...): without this, its
+            # SQL named the logical table too: FROM orders_01, orders)
+            exprs = [replacement_traverse(e, {}, replace) for e in bundle.exprs]  # type: ignore[call-overload]
+            new = type(bundle)(bundle.name, *exprs, single_entity=bundle.single_entity)
+            return new.__clause_element__()
         if isinstance(element, ColumnClause):
             table = element.table
             target = targets.get(logical_tables.get(table)) if isinstance(table, Table) else None  # type: ignore[arg-type]

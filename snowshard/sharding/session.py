@@ -33,7 +33,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, Union
 
-from sqlalchemy import Engine, event, inspect
+from sqlalchemy import Engine, Table, event, inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import Mapper, Session
@@ -219,8 +219,9 @@ def _database_of_mapper(mapper: Any) -> Optional[str]:
 
 def _database_of_clause(clause: ClauseElement) -> Optional[str]:
     for element in iterate(clause):
-        info = getattr(element, "info", None) if hasattr(element, "c") else None
-        shard_info = info.get("snowshard") if isinstance(info, dict) else None
+        # physical tables carry their ShardInfo in Table.info (not hasattr(element, "c"):
+        # that reads Select.c, deprecated since SQLAlchemy 2.0 and an error under -W error)
+        shard_info = element.info.get("snowshard") if isinstance(element, Table) else None
         if shard_info is not None:
             database: str = shard_info.spec.database_of(shard_info.shard)
             return database

@@ -113,4 +113,5 @@ def test_issuer_fails_cleanly_during_an_outage_and_never_repeats(
         names = {name for wall, name, _ in record.errors if down_at < wall < up_at}
         assert names == {"IssuerUnavailable"}
         assert [wall for _, wall in record.ids if wall > up_at], "it never resumed"
-    assert len(every_id) == len(set(every_id)) > 300
+    # ~600 at full speed; a loaded 2-core machine has issued under 300 in 0.3 s
+    assert len(every_id) == len(set(every_id)) > 100
