@@ -18,14 +18,18 @@ raises :class:`~snowshard.errors.MissingExtra` naming the extra when greenlet is
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from snowshard.errors import MissingExtra
 
 try:
+    # SQLAlchemy 2.1's asyncio module raises ImportError without greenlet; 2.0's imports
+    # and fails on first use, so greenlet is imported here too
+    importlib.import_module("greenlet")
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
-except ImportError as error:  # SQLAlchemy's asyncio module raises this without greenlet
+except ImportError as error:
     raise MissingExtra(
         f"snowshard's asyncio support needs SQLAlchemy's asyncio extension ({error}); "
         f"install it with: pip install \"snowshard[async]\""

@@ -75,8 +75,13 @@ def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
     results = []
     session = state.session
     for shard, group in grouped.items():
-        new = retarget(statement, {model: Target(model, (shard,))})
+        source = statement
         params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
+        if isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
+            # insert(...).values(...) alone: what was issued here (the ID) joins values(),
+            # as SQLAlchemy < 2.0.11 refuses values() plus a separate parameter dict
+            source, params = statement.values(**params), None
+        new = retarget(source, {model: Target(model, (shard,))})
         database = model.database_of(shard)
         saved = getattr(session, "routing_database", None)
         session.routing_database = database  # type: ignore[attr-defined]
