@@ -68,12 +68,22 @@ def test_quick_start_has_exactly_two_command_lines() -> None:
     assert "pytest" in lines[1] and ".[test]" in lines[1]
 
 
-def test_ci_runs_the_readme_test_command() -> None:
-    """.ci/run's TEST_COMMAND is the README's second line, character for character."""
+@pytest.mark.parametrize("variable, line", [("DEMO_COMMAND", 0), ("TEST_COMMAND", 1)])
+def test_ci_runs_the_readme_commands(variable: str, line: int) -> None:
+    """.ci/run's DEMO_COMMAND/TEST_COMMAND are README lines 1/2, character for character."""
     script = (ROOT / ".ci" / "run").read_text()
-    match = re.search(r"^TEST_COMMAND='(.*)'$", script, re.MULTILINE)
+    match = re.search(rf"^{variable}='(.*)'$", script, re.MULTILINE)
     assert match is not None
-    assert match.group(1) == quick_start_lines()[1]
+    assert match.group(1) == quick_start_lines()[line]
+    assert f'bash -c "${variable}"' in script  # and runs it
+
+
+def test_ci_runs_each_readme_line_in_a_new_venv() -> None:
+    """Line 1 runs in a copy without any venv; .venv is removed before line 2."""
+    script = (ROOT / ".ci" / "run").read_text()
+    demo, tests = script.index('bash -c "$DEMO_COMMAND"'), script.index('bash -c "$TEST_COMMAND"')
+    assert "--exclude '.venv*'" in script[:demo]
+    assert "rm -rf .venv\n" in script[demo:tests]
 
 
 def test_demo_module_runs() -> None:
