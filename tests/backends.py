@@ -78,6 +78,7 @@ __all__ = [
     "list_test_databases",
     "locate_backend",
     "requires_backends",
+    "table_names",
 ]
 
 DB_NAME_PREFIX = "snowshard_t_"
@@ -104,6 +105,16 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 # --------------------------------------------------------------------------- skip or fail
+
+
+def table_names(url: str) -> set[str]:
+    """The tables of the database at ``url`` (a fresh connection, disposed before returning)."""
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            return set(sa.inspect(connection).get_table_names())
+    finally:
+        engine.dispose()
 
 
 def requires_backends(environ: Mapping[str, str] | None = None) -> bool:

@@ -14,27 +14,15 @@ from typing import Any
 import pytest
 
 from snowshard import Layout, gene_of
-from snowshard.cli import entrypoint, main
+from snowshard.cli import entrypoint
 from snowshard.strategies import Gene
+from tests.cli_support import isolated, run  # noqa: F401 (isolated: fixture)
 
 SEED_001_ID = "152075078181383514"  # NewLife: 2021-02-23 15:32:04.056, worker 782, seq 3418
 SEED_000 = "epoch=0,worker_bits=6,gene_bits=4"  # 41-bit ms since 1970 | 6 worker | 12 seq | 4 gene
 SEED_000_ORDER_1820 = "6593741087309889548"  # uid 1820 -> table 12 of 16
 SEED_000_ORDER_5177331 = "6593741087309889539"  # uid 5177331 -> table 3 of 16
 
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run every test in an empty directory with no layout variable and no debug mode."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("SNOWSHARD_LAYOUT", "SNOWSHARD_DEBUG", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:

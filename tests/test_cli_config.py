@@ -11,16 +11,10 @@ import pytest
 from snowshard import Layout
 from snowshard.cli import main
 from snowshard.cli.config import ConfigError, parse_spec, parse_time, resolve
+from tests.cli_support import isolated  # noqa: F401 (fixture)
 
 SEED_000_ORDER_1820 = "6593741087309889548"
 
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run every test in an empty directory with no layout variable."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SNOWSHARD_LAYOUT", raising=False)
-    monkeypatch.delenv("SNOWSHARD_DEBUG", raising=False)
 
 
 def inspect_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:

@@ -16,11 +16,11 @@ import click
 import pytest
 
 from snowshard import Layout, SnowshardError, gene_of, strategies
-from snowshard.cli import main
 from snowshard.cli.cmd_route import route_command
 from snowshard.cli.config import STRATEGIES
 from snowshard.errors import FieldOutOfRange
 from snowshard.strategies import Gene, Hash, Mix, Mod, ShardStrategy, Shift
+from tests.cli_support import isolated, run  # noqa: F401 (isolated: fixture)
 
 UUID_TEXT = "12345678-1234-5678-1234-56781234567f"
 GENE_LAYOUT = "worker_bits=6,gene_bits=4"  # 16 genes
@@ -77,19 +77,6 @@ ROUTERS: dict[str, StrategyCase] = {
     ),
 }
 
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run every test in an empty directory with no layout variable and no debug mode."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("SNOWSHARD_LAYOUT", "SNOWSHARD_DEBUG", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def library(call: Callable[[object], int], key: object) -> int | SnowshardError:

@@ -17,16 +17,10 @@ from snowshard.cli.plot import bar_chart
 from snowshard.cli.simulate import DEFAULT_START_MS, Scenario, simulate, stream, summarise
 from snowshard.skew import skew
 from snowshard.strategies import Mod
+from tests.cli_support import isolated  # noqa: F401 (fixture)
 
 GENE_LAYOUT = "worker_bits=7,sequence_bits=5,gene_bits=10"  # 100 workers, 1024 genes
 
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run every test in an empty directory with no layout variable."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("SNOWSHARD_LAYOUT", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 def skew_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:

@@ -39,7 +39,7 @@ from snowshard.migrations import (
     collapse_sharded_ops,
 )
 from snowshard.sharding.spec import ShardInfo, ShardSpec
-from tests.backends import DatabaseFactory
+from tests.backends import DatabaseFactory, table_names
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"
 KEYS = ("default", "db1")
@@ -214,14 +214,6 @@ def unbound_names(source: str) -> set[str]:
     return used - bound
 
 
-def tables(url: str) -> set[str]:
-    """The tables of the database at ``url``."""
-    engine = sa.create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            return set(sa.inspect(connection).get_table_names())
-    finally:
-        engine.dispose()
 
 
 def full_cycle(project: Path, urls: list[str], expected: list[set[str]]) -> str:
@@ -230,12 +222,12 @@ def full_cycle(project: Path, urls: list[str], expected: list[set[str]]) -> str:
     assert unbound_names(source) == set()
     assert "import snowshard.orm.types" in source
     alembic_ok(project, "upgrade", "head")
-    assert [tables(url) for url in urls] == expected
+    assert [table_names(url) for url in urls] == expected
     alembic_ok(project, "check")
     alembic_ok(project, "downgrade", "base")
-    assert [tables(url) for url in urls] == [{"alembic_version"}] * len(urls)
+    assert [table_names(url) for url in urls] == [{"alembic_version"}] * len(urls)
     alembic_ok(project, "upgrade", "head")
-    assert [tables(url) for url in urls] == expected
+    assert [table_names(url) for url in urls] == expected
     return source
 
 
@@ -295,7 +287,7 @@ def test_upgrade_needs_no_async_extra(database_factory: DatabaseFactory, tmp_pat
     project = make_project(tmp_path, urls)
     autogenerate(project)
     alembic_ok(project, "upgrade", "head", no_async=True)
-    assert tables(urls[0]) == ONE_DATABASE
+    assert table_names(urls[0]) == ONE_DATABASE
 
 
 def test_env_without_database_option_fails_instead_of_misplacing(
@@ -311,7 +303,7 @@ def test_env_without_database_option_fails_instead_of_misplacing(
     done = alembic(project, "upgrade", "head")
     assert done.returncode != 0
     assert "ShardMigrationError" in done.stderr and "snowshard_database" in done.stderr
-    assert all(not name.startswith("orders_") for url in urls for name in tables(url))
+    assert all(not name.startswith("orders_") for url in urls for name in table_names(url))
 
 
 # --------------------------------------------------------------------------- in-process
@@ -338,7 +330,7 @@ def test_spread_spec_without_database_option_raises(
         op.create_sharded_table(spec, sa.Column("id", sa.Integer, primary_key=True))  # type: ignore[attr-defined]
     message = str(caught.value)
     assert "snowshard_database=" in message and "context.configure(" in message
-    assert tables(sqlite_url) == set()
+    assert table_names(sqlite_url) == set()
 
 
 @pytest.mark.parametrize("key", ["default", "main"])
@@ -347,7 +339,7 @@ def test_spec_in_one_database_needs_no_option(key: str, sqlite_url: str) -> None
     spec = ShardSpec("t", 3, databases={key: range(3)})
     with operations(sqlite_url) as op:
         op.create_sharded_table(spec, sa.Column("id", sa.Integer, primary_key=True))  # type: ignore[attr-defined]
-    assert tables(sqlite_url) == {"t_00", "t_01", "t_02"}
+    assert table_names(sqlite_url) == {"t_00", "t_01", "t_02"}
 
 
 # --------------------------------------------------------------------------- drop order
