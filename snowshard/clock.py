@@ -12,7 +12,7 @@ def wall_anchored_ns() -> tuple[int, int]:
     """Read the wall clock once and pair it with the monotonic clock: ``(wall_ns, mono_ns)``.
 
     The generator then derives "now" as ``wall_ns + (monotonic_ns() - mono_ns)``, so a later
-    change of the wall clock (NTP step, an operator) cannot move its time backwards (seed 001).
+    change of the wall clock (NTP step, an operator) cannot move its time backwards.
     """
     mono_before = time.monotonic_ns()
     wall = time.time_ns()

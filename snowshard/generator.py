@@ -8,17 +8,17 @@ that for tests and simulations; then :attr:`on_backwards` decides what a step ba
 Sequence policy (``sequence_start``) — where a new tick's sequence begins:
 
 ``"continue"`` (default)
-    one past the previous ID's sequence, counted modulo half the range, like NewLife's
-    never-resetting sequence. At low rates the sequence counts 0, 1, 2, ... across ticks,
+    one past the previous ID's sequence, counted modulo half the range (a
+    never-resetting sequence). At low rates the sequence counts 0, 1, 2, ... across ticks,
     so the low ``sequence_bits - 1`` bits of IDs are evenly spread and ``id % 2**k`` routing
-    does not pile rows into shard 0 (seed 002's trap). Starting in the lower half leaves at
+    does not pile rows into shard 0 (which a sequence reset every tick does). Starting in the lower half leaves at
     least half of every tick's sequence for bursts, so the generator does not stall when the
     count passes the top (measured: a full-range wrap cost 20% of peak throughput). Within a
     tick the sequence never wraps, so IDs only grow.
 ``"reset"``
     0, as Twitter's original does. At one ID per tick every sequence is 0.
 ``"random"``
-    a random point in the lower half of the range (Leaf's and ShardingSphere's fix).
+    a random point in the lower half of the range.
 """
 
 from __future__ import annotations
@@ -410,7 +410,7 @@ class Snowflake:
         return out
 
     def id_at(self, time: TimeLike, key: object) -> int:
-        """A deterministic ID for ``(time, key)``, NewLife's ``NewId(time, uid)``.
+        """A deterministic ID for ``(time, key)``, the same ID for the same pair every time.
 
         The tick of ``time`` fills the timestamp field; the low ``timestamp_shift`` bits (all
         of datacenter, worker, sequence and gene) are the low bits of the key

@@ -2,7 +2,7 @@
 
 A child row (an order) whose ID ends in the same ``n`` bits as its parent key (the user ID)
 lives in the same one of ``2**n`` shards as every other row of that parent, whether the
-shard is looked up from the parent key or from the child's own ID (seed 000)::
+shard is looked up from the parent key or from the child's own ID::
 
     order_id & (2**n - 1) == gene_of(user_id, n)
 """

@@ -36,7 +36,7 @@ TimeLike = Union[datetime, int]
 
 DEFAULT_EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
 """2020-01-01 UTC: predates any data a new project stores, lasts (41 bits of ms) to 2089,
-and is NewLife's epoch, so its IDs parse with the default layout."""
+and is a common snowflake epoch, so IDs of that scheme parse with the default layout."""
 
 _UNIX = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _JS_SAFE = 2**53
@@ -171,7 +171,7 @@ class Layout:
 
     @classmethod
     def js_safe(cls) -> Layout:
-        """Seed 000's JavaScript variant: 32-bit seconds, 8-bit worker, 12-bit sequence.
+        """A JavaScript-safe layout: 32-bit seconds, 8-bit worker, 12-bit sequence.
 
         Every ID stays below 2**53, so a JavaScript ``Number`` holds it exactly.
         """
@@ -397,7 +397,7 @@ class Layout:
         return self.min_id(time) | ((1 << self.timestamp_shift) - 1)
 
     def explain(self, id: int | str) -> str:
-        """A binary breakdown of ``id``, one field per line (seed 003's debug print)."""
+        """A binary breakdown of ``id``, one field per line (for debugging by eye)."""
         value = self.validate(id)
         parts = self.parse(value)
         rows = [

@@ -1,4 +1,4 @@
-"""How evenly a strategy spreads a stream of IDs over its shards (seed 002's question)."""
+"""How evenly a strategy spreads a stream of IDs over its shards (do IDs pile into a few tables?)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ class Mod(_Base):
 
 
 class Mix(_Base):
-    """``(x ^ (x >> 16)) % n``: fold the high bits into the low ones first (seed 002)."""
+    """``(x ^ (x >> 16)) % n``: fold the high bits into the low ones first."""
 
     __slots__ = ()
 
@@ -132,7 +132,7 @@ class Shift(_Base):
 
     @classmethod
     def by_time(cls, n: int, layout: Layout) -> Shift:
-        """Route by the timestamp (seed 002's preferred fix: ``id >> 22``)."""
+        """Route by the timestamp (``id >> 22`` in the default layout): even at any rate."""
         return cls(n, layout.timestamp_shift)
 
     def shard_of(self, value: object) -> int:

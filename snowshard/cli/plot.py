@@ -29,8 +29,8 @@ def bar_chart(counts: Sequence[int], bins: int = 10, width: int = 40) -> list[st
     """A histogram of shard loads: how many shards hold how many rows.
 
     The first line counts empty shards; the others group the non-empty ones into at most
-    ``bins`` ranges of rows, each also shown as a multiple of an even share. Seed 002's trap
-    reads as "1023 empty, 1 shard with every row"; an even spread as one hump near ×1.00.
+    ``bins`` ranges of rows, each also shown as a multiple of an even share. Plain mod over IDs
+    whose low bits are all zero reads as "1023 empty, 1 shard with every row"; an even spread as one hump near ×1.00.
     """
     n = len(counts)
     if n == 0:

@@ -1,4 +1,4 @@
-"""Seed 002's question, simulated: how do strategies spread the IDs of W busy workers?
+"""How do strategies spread the IDs of W busy workers? A simulation.
 
 Each of ``workers`` generators is the real :class:`~snowshard.Snowflake` on its own
 :class:`~snowshard.ManualClock`. Worker ``i`` issues its ``j``-th ID at
@@ -30,7 +30,7 @@ DEFAULT_START_MS = 1_704_067_200_000
 
 @dataclass(frozen=True)
 class Scenario:
-    """Who issues IDs, how fast and for how long (the default is seed 002's)."""
+    """Who issues IDs, how fast and for how long (default: 100 workers at 1 ID/ms each)."""
 
     workers: int = 100
     rate: float = 1000.0
