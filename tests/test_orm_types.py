@@ -1,9 +1,10 @@
-"""SnowflakeType and the client-side snowflake primary key default, on every backend."""
+"""SnowflakeType, UtcDateTime and the client-side snowflake primary key default, on every backend."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -27,8 +28,10 @@ from snowshard.orm import (
     IdValueError,
     IdValueTypeError,
     MissingGeneParent,
+    NaiveDatetimeError,
     SnowflakeDefault,
     SnowflakeType,
+    UtcDateTime,
     snowflake_default,
     snowflake_pk,
     to_id,
@@ -422,3 +425,54 @@ def test_snowflake_pk_builds_a_client_side_bigint_key(models: Models) -> None:
     assert isinstance(column.type, SnowflakeType) and not column.type.as_string
     assert isinstance(column.default.arg, SnowflakeDefault)
     assert column.default.arg.gene_from == "user_id"
+
+
+# --------------------------------------------------------------------------- UtcDateTime
+
+AT_UTC = datetime(2026, 11, 23, 14, 5, 6, 123456, tzinfo=timezone.utc)
+AT_PLUS_0530 = datetime(2026, 11, 23, 19, 35, 6, 654321, tzinfo=timezone(timedelta(hours=5,
+                                                                                    minutes=30)))
+
+
+def utc_table() -> sa.Table:
+    return sa.Table("stamps", sa.MetaData(),
+                    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+                    sa.Column("at", UtcDateTime()))
+
+
+@pytest.mark.parametrize("backend", ["mysql", "mariadb"])
+def test_utc_datetime_ddl_keeps_microseconds_on_mysql(backend: str) -> None:
+    """On MySQL/MariaDB a UtcDateTime column is DATETIME(6), not second-precision DATETIME."""
+    dialect = make_url(f"{backend}://").get_dialect()()
+    column: sa.Column[Any] = sa.Column("at", UtcDateTime())
+    assert str(sa.schema.CreateColumn(column).compile(dialect=dialect)) == "at DATETIME(6)"
+
+
+def test_utc_datetime_round_trips_to_the_microsecond_as_utc(engine: Engine) -> None:
+    """Aware datetimes (UTC or not) come back equal to the microsecond, in UTC, and match."""
+    table = utc_table()
+    table.create(engine)
+    with engine.begin() as conn:
+        conn.execute(table.insert(), [{"id": 1, "at": AT_UTC}, {"id": 2, "at": AT_PLUS_0530}])
+        read = conn.execute(sa.select(table.c.at).order_by(table.c.id)).scalars().all()
+        found = conn.execute(sa.select(table.c.id).where(table.c.at == AT_PLUS_0530)).all()
+    assert read == [AT_UTC, AT_PLUS_0530]
+    assert [v.microsecond for v in read] == [123456, 654321]
+    assert all(v.tzinfo is timezone.utc for v in read)
+    assert read[1].replace(tzinfo=None) == datetime(2026, 11, 23, 14, 5, 6, 654321)
+    assert found == [(2,)]
+
+
+def test_utc_datetime_refuses_naive_values_before_sql(
+    engine: Engine, statements: Statements
+) -> None:
+    """A naive datetime bound to a UtcDateTime column raises NaiveDatetimeError, no SQL sent."""
+    table = utc_table()
+    table.create(engine)
+    naive = datetime(2026, 11, 23, 14, 5, 6, 123456)
+    with engine.begin() as conn, pytest.raises(NaiveDatetimeError) as caught:
+        conn.execute(table.insert(), {"id": 1, "at": naive})
+    assert statements.inserts() == []
+    message = str(caught.value)
+    assert naive.isoformat() in message and "give it a timezone" in message
+    assert isinstance(caught.value, SnowshardError) and isinstance(caught.value, ValueError)

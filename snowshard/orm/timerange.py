@@ -37,13 +37,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, false, literal_column, type_coerce
+from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import CompileError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import DateTime, String, TypeDecorator
+from sqlalchemy.types import DateTime, String, TypeDecorator, TypeEngine
 
 from snowshard.layout import Layout, TimeLike, to_unix_ms
 from snowshard.orm.errors import NaiveDatetimeError, TimeRangeError
@@ -142,6 +143,10 @@ class UtcDateTime(TypeDecorator[datetime]):
     Bound values must be aware datetimes (naive ones raise
     :class:`~snowshard.orm.errors.NaiveDatetimeError`); PostgreSQL receives them as they
     are, backends without a time-zone-aware type (SQLite, MySQL) as naive UTC.
+
+    As a column: ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL, ``DATETIME(6)`` on
+    MariaDB/MySQL (plain ``DATETIME`` there drops the fractional seconds), ``DATETIME``
+    text with microseconds on SQLite; values keep their microseconds on every backend.
     """
 
     impl = DateTime
@@ -150,13 +155,19 @@ class UtcDateTime(TypeDecorator[datetime]):
     def __init__(self) -> None:
         super().__init__(timezone=True)
 
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            # fsp=6: microseconds, as on PostgreSQL and SQLite (the default fsp is 0)
+            return dialect.type_descriptor(mysql.DATETIME(timezone=True, fsp=6))
+        return dialect.type_descriptor(self.impl_instance)
+
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if not isinstance(value, datetime):
             return value
         if value.tzinfo is None or value.utcoffset() is None:
             raise NaiveDatetimeError(
-                f"{value.isoformat()} is a naive datetime; compare times of IDs with aware "
-                "datetimes (e.g. tzinfo=timezone.utc)"
+                f"{value.isoformat()} is a naive datetime; give it a timezone "
+                "(e.g. tzinfo=timezone.utc) so it names one instant"
             )
         utc = value.astimezone(timezone.utc)
         return utc if dialect.name == "postgresql" else utc.replace(tzinfo=None)
