@@ -2,11 +2,13 @@
 
 Exit codes: 0 success, 2 usage error (bad option or argument), 1 any other error. Errors
 print one ``Error: ...`` line on stderr; ``--debug`` (or ``SNOWSHARD_DEBUG=1``) adds the
-traceback.
+traceback. Both pass through :func:`~snowshard.redaction.redact_url`, so a URL echoed back
+from an option, ``$SNOWSHARD_LAYOUT`` or ``pyproject.toml`` shows no password.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import traceback
@@ -20,6 +22,7 @@ from snowshard.cli.cmd_layout import layout_command
 from snowshard.cli.cmd_route import route_command
 from snowshard.cli.cmd_skew import skew_command
 from snowshard.errors import SnowshardError
+from snowshard.redaction import redact_url
 
 __all__ = ["cli", "entrypoint", "main"]
 
@@ -89,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:  # UsageError (2) prints usage, then "Error: ..."
-        exc.show()
+        shown = io.StringIO()
+        exc.show(file=shown)
+        click.echo(redact_url(shown.getvalue()), err=True, nl=False)  # a value may be a URL
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
@@ -105,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(state: State, message: str, *, hint: bool = False) -> int:
     if state.debug:
-        traceback.print_exc()
+        click.echo(redact_url(traceback.format_exc()), err=True, nl=False)
     suffix = " (run with --debug for the traceback)" if hint and not state.debug else ""
-    click.echo(f"Error: {message}{suffix}", err=True)
+    click.echo(f"Error: {redact_url(message)}{suffix}", err=True)
     return 1
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from snowshard.errors import MissingExtra
+from snowshard.redaction import redact_url, scrub, url_secrets
+from snowshard.workers.errors import WorkerConfigError
 
 if TYPE_CHECKING:
     from redis import Redis
 
-__all__ = ["connect", "describe", "import_redis", "redact"]
+__all__ = ["Connected", "connect", "describe", "import_redis", "redact"]
 
 
 def import_redis() -> Any:
@@ -25,39 +26,66 @@ def import_redis() -> Any:
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` with its passwords replaced by ``***``: :func:`snowshard.redaction.redact_url`."""
+    return redact_url(url)
 
 
-def connect(target: str | Redis, *, timeout: float) -> tuple[Redis, bool, str]:
+class Connected(NamedTuple):
+    """What :func:`connect` returns."""
+
+    client: Redis
+    owned: bool  # created from a URL: close it when done
+    where: str  # "Redis at ..." without secrets, for messages
+    secrets: frozenset[str]  # passwords to scrub from driver messages
+
+
+def connect(
+    target: str | Redis, *, timeout: float, error: type[Exception] = WorkerConfigError
+) -> Connected:
     """A client for ``target`` (a URL or a client), whether we own it, and a description.
 
     A URL (``redis://``, ``rediss://`` for TLS, ``unix://``; password as
-    ``redis://:PASSWORD@host``) gets socket timeouts of ``timeout`` seconds and at most one
-    immediate retry, so an unreachable server fails fast instead of after redis-py's default
-    backoff; options in the URL's query string win. A client is used as configured.
+    ``redis://:PASSWORD@host`` or ``?password=PASSWORD``) gets socket timeouts of
+    ``timeout`` seconds and at most one immediate retry, so an unreachable server fails
+    fast instead of after redis-py's default backoff; options in the URL's query string
+    win. A client is used as configured. A URL redis-py cannot parse raises ``error``,
+    whose message shows the URL without its secrets.
     """
     redis = import_redis()
     if isinstance(target, str):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        client: Redis = redis.Redis.from_url(
-            target,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1),
-        )
-        return client, True, f"Redis at {redact(target)}"
+        secrets = url_secrets(target)
+        where = f"Redis at {redact_url(target)}"
+        problem: str | None = None
+        try:
+            client: Redis = redis.Redis.from_url(
+                target,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 1),
+            )
+        except (ValueError, TypeError) as exc:
+            # redis-py's text may quote a piece of a malformed URL: keep it only when the
+            # URL holds no secret. Raised below, outside this block: no chained driver text.
+            detail = f": {scrub(str(exc), secrets)}" if not secrets else ""
+            problem = f"{type(exc).__name__}{detail}"
+        if problem is not None:
+            raise error(
+                f"invalid Redis URL {redact_url(target)} ({problem}); expected "
+                "redis://[[user]:PASSWORD@]host[:port][/db], rediss://... or "
+                "unix:///path/to/socket[?db=N], with special characters percent-encoded"
+            )
+        return Connected(client, True, where, secrets)
     if not isinstance(target, redis.Redis):
         raise TypeError(
             f"expected a Redis URL (str) or a redis.Redis client, got {type(target).__name__}"
         )
-    return target, False, describe(target)
+    kwargs: dict[str, Any] = getattr(target.connection_pool, "connection_kwargs", {})
+    password = kwargs.get("password")
+    secrets = frozenset({password}) if isinstance(password, str) and password else frozenset()
+    return Connected(target, False, describe(target), secrets)
 
 
 def describe(client: Redis) -> str:

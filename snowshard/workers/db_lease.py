@@ -37,10 +37,11 @@ import time
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
 from snowshard.layout import Layout
+from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
 from snowshard.workers.errors import LeaseBackendError, WorkerConfigError, WorkerIdsExhausted
 from snowshard.workers.lease import Grant, Lease
 
@@ -99,11 +100,27 @@ def create_table(engine: Engine, table: sa.Table = worker_leases) -> None:
     table.create(engine, checkfirst=True)
 
 
+def _create_engine(url: URL | str) -> Engine:
+    """An engine for ``url``; a URL SQLAlchemy refuses raises WorkerConfigError without secrets."""
+    try:
+        return sa.create_engine(url, pool_pre_ping=True)
+    except (ArgumentError, ImportError, ValueError, TypeError) as exc:
+        # SQLAlchemy's or a driver's text may quote the URL (SQLAlchemy < 2.1 does)
+        problem = f"{type(exc).__name__}: {scrub(str(exc), url_secrets(url))}"
+    # raised here, outside the except block, so no driver exception is chained to it
+    raise WorkerConfigError(
+        f"DatabaseLease cannot use the database URL {redact_sqlalchemy_url(url)} ({problem}); "
+        "expected dialect[+driver]://user:password@host[:port]/database"
+    )
+
+
 class DatabaseLease(Lease):
     """A worker ID leased from a row of the lease table, renewed in the background.
 
     :param engine: an :class:`~sqlalchemy.engine.Engine` (kept open by :meth:`close`) or a
-        URL (the lease creates an engine and disposes of it on close).
+        URL, as a string or a :class:`~sqlalchemy.engine.URL` (the lease creates an engine
+        and disposes of it on close). Messages show the URL with its password masked, also
+        one given as a query parameter (``?password=...``).
     :param layout: the generator's layout: IDs 0..``layout.max_worker`` are leased.
     :param namespace: generators that must not share worker IDs use the same namespace
         (one per datacenter ID, for instance); at most 64 characters.
@@ -114,7 +131,7 @@ class DatabaseLease(Lease):
 
     def __init__(
         self,
-        engine: Engine | str,
+        engine: Engine | URL | str,
         layout: Layout | None = None,
         *,
         namespace: str = "default",
@@ -130,12 +147,14 @@ class DatabaseLease(Lease):
             )
         self.namespace = namespace
         self.table = table
-        if isinstance(engine, str):
-            self._engine = sa.create_engine(engine, pool_pre_ping=True)
+        if isinstance(engine, (str, URL)):
+            self._engine = _create_engine(engine)
             self._owns_engine = True
+            self._secrets = url_secrets(engine) | url_secrets(self._engine.url)
         else:
             self._engine = engine
             self._owns_engine = False
+            self._secrets = url_secrets(engine.url)
         dialect = self._engine.dialect.name
         if dialect not in _NOW_MS:
             if self._owns_engine:
@@ -145,7 +164,7 @@ class DatabaseLease(Lease):
                 f"{dialect!r} engine. Use RedisLease or another worker ID provider"
             )
         self._now: Any = sa.literal_column(_NOW_MS[dialect], sa.BigInteger)
-        url = self._engine.url.render_as_string(hide_password=True)
+        url = redact_sqlalchemy_url(self._engine.url)
         self._where = f"table {table.fullname!r} in {url}, namespace {namespace!r}"
 
     def _describe(self) -> str:

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple, TypeVar
 from snowshard.errors import WorkerIdError
 from snowshard.generator import WorkerClaim
 from snowshard.layout import Layout
+from snowshard.redaction import redact_url, scrub
 from snowshard.workers.errors import LeaseBackendError, LeaseLost, WorkerConfigError
 
 __all__ = ["Grant", "Lease", "NotYet", "new_holder_token"]
@@ -106,6 +107,9 @@ class Lease:
     :param margin: seconds the local deadline keeps before the store's expiry
         (default ``ttl / 10``), covering clock-rate differences.
     """
+
+    #: passwords of the store's URL, scrubbed from driver messages (set by subclasses)
+    _secrets: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -265,7 +269,7 @@ class Lease:
 
     def __repr__(self) -> str:
         held = self._worker if self._deadline_ns > time.monotonic_ns() else None
-        return (
+        return redact_url(
             f"{type(self).__name__}({self._describe()}, ttl={self.ttl:g}s, worker={held}, "
             f"holder={self._token!r})"
         )
@@ -376,7 +380,8 @@ class Lease:
             self._fail(exc)
             return
         except Exception as exc:  # noqa: BLE001 - any driver error: the store is unusable
-            detail = " ".join(str(exc).split())[:300]
+            # a driver's text may quote the URL or the credentials: no secret in messages
+            detail = " ".join(scrub(str(exc), self._secrets).split())[:300]
             self._fail(
                 LeaseBackendError(
                     f"{self._describe()} failed: {type(exc).__name__}: {detail}; the worker "

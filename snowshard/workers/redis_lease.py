@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from snowshard.layout import Layout
+from snowshard.redaction import scrub
 from snowshard.workers._redis import connect
 from snowshard.workers.errors import WorkerConfigError, WorkerIdsExhausted
 from snowshard.workers.lease import Grant, Lease, NotYet
@@ -110,7 +111,8 @@ def _text(value: Any) -> str:
 class RedisLease(Lease):
     """A worker ID leased from Redis with a TTL, renewed in the background.
 
-    :param redis: a URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS) or
+    :param redis: a URL (``redis://[:password@]host:port/db``, ``rediss://`` for TLS,
+        ``unix:///path?password=...``; shown in messages with passwords masked) or
         a ``redis.Redis`` client (then its own timeouts and retries apply, and it is not
         closed by :meth:`close`).
     :param layout: the generator's layout: IDs 0..``layout.max_worker`` are leased.
@@ -137,7 +139,7 @@ class RedisLease(Lease):
         if not key_prefix or not isinstance(key_prefix, str):
             raise WorkerConfigError(f"key_prefix must be a non-empty str, got {key_prefix!r}")
         self.key_prefix = key_prefix
-        self._client, self._owns_client, self._where = connect(
+        self._client, self._owns_client, self._where, self._secrets = connect(
             redis, timeout=timeout if timeout is not None else min(self.ttl / 4, 2.0)
         )
         self._ready_key = f"{key_prefix}:ready"
@@ -237,15 +239,16 @@ def join_cluster(
     issue IDs with it.
     """
     layout = layout if layout is not None else Layout()
-    client, owned, where = connect(redis, timeout=timeout)
+    client, owned, where, secrets = connect(redis, timeout=timeout)
     try:
         count = int(client.incr(key))
     except Exception as exc:
         from snowshard.workers.errors import LeaseBackendError
 
         raise LeaseBackendError(
-            f"{where} failed on INCR {key!r}: {type(exc).__name__}: {exc}; no worker ID "
-            "was assigned. Check that Redis is reachable"
+            f"{where} failed on INCR {key!r}: {type(exc).__name__}: "
+            f"{scrub(str(exc), secrets)}; no worker ID was assigned. Check that Redis is "
+            "reachable"
         ) from exc
     finally:
         if owned:
