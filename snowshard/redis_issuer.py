@@ -46,6 +46,7 @@ from snowshard.errors import (
     SnowshardError,
 )
 from snowshard.layout import Layout
+from snowshard.redaction import redact_url, scrub
 from snowshard.workers._redis import connect, import_redis
 
 if TYPE_CHECKING:
@@ -97,7 +98,9 @@ class RedisIssuer:
     """Issues IDs of ``layout`` whose sequence numbers come from Redis (seed 004).
 
     :param redis: a URL (``redis://[:password@]host:port/db``; ``rediss://`` for TLS, with
-        e.g. ``?ssl_ca_certs=/path/ca.pem``) or a ``redis.Redis`` client (not closed by
+        e.g. ``?ssl_ca_certs=/path/ca.pem``; ``unix:///path?password=...``; messages show it
+        with passwords masked; one redis-py cannot parse raises
+        :class:`~snowshard.LayoutError`) or a ``redis.Redis`` client (not closed by
         :meth:`close`).
     :param layout: the bit layout (default :class:`~snowshard.Layout`).
     :param datacenter: the datacenter field of every ID (seed 004's server ID).
@@ -155,7 +158,9 @@ class RedisIssuer:
         base = f"{key_prefix}:{datacenter}:{worker}:"
         self._tick_prefix = base
         self._last_key = base + "last"
-        self._client, self._owns_client, self._where = connect(redis, timeout=timeout)
+        self._client, self._owns_client, self._where, self._secrets = connect(
+            redis, timeout=timeout, error=LayoutError
+        )
         self._script = self._client.register_script(_ISSUE)
         self._errors: Any = import_redis().exceptions
 
@@ -228,21 +233,24 @@ class RedisIssuer:
             offset,
         ]
         errors = self._errors
+        secrets = self._secrets
         try:
             return self._script(keys=[self._last_key], args=args)
-        except errors.AuthenticationError as exc:
-            raise IssuerUnavailable(
-                f"{self._where} refused the credentials ({exc}); give the password in the "
-                "URL as redis://:PASSWORD@host:port/db (or user:PASSWORD@). No ID was issued"
-            ) from exc
-        except (errors.ConnectionError, errors.TimeoutError) as exc:
-            raise IssuerUnavailable(
-                f"{self._where} is unreachable ({type(exc).__name__}: {exc}); no ID was "
-                "issued. Check the URL and that Redis is up, then retry"
-            ) from exc
         except errors.RedisError as exc:
+            text = scrub(str(exc), secrets)
+            if _refused_credentials(exc, errors):
+                raise IssuerUnavailable(
+                    f"{self._where} refused the credentials ({text}); give the password in "
+                    "the URL as redis://:PASSWORD@host:port/db (or user:PASSWORD@, or "
+                    "?password=PASSWORD). No ID was issued"
+                ) from exc
+            if isinstance(exc, (errors.ConnectionError, errors.TimeoutError)):
+                raise IssuerUnavailable(
+                    f"{self._where} is unreachable ({type(exc).__name__}: {text}); no ID was "
+                    "issued. Check the URL and that Redis is up, then retry"
+                ) from exc
             raise IssuerError(
-                f"{self._where} rejected the issuer's script ({type(exc).__name__}: {exc}); "
+                f"{self._where} rejected the issuer's script ({type(exc).__name__}: {text}); "
                 f"no ID was issued. Is {self._last_key!r} used by something else?"
             ) from exc
 
@@ -266,7 +274,23 @@ class RedisIssuer:
         self.close()
 
     def __repr__(self) -> str:
-        return (
+        return redact_url(
             f"RedisIssuer({self._where}, {self.layout.describe()}, "
             f"datacenter={self.datacenter}, worker={self.worker})"
         )
+
+
+def _refused_credentials(error: Exception, errors: Any) -> bool:
+    """Whether Redis turned the client away for want of (the right) password.
+
+    redis-py raises ``AuthenticationError`` when its connection handshake is refused. A
+    client that sends no command before the script (redis-py 5.0.0 does not) gets the
+    server's refusal of the script itself instead: ``NOAUTH`` or, for a long command, a
+    "Protocol error: unauthenticated multibulk length".
+    """
+    if isinstance(error, errors.AuthenticationError):
+        return True
+    text = str(error)
+    return isinstance(error, errors.ResponseError) and (
+        text.startswith("NOAUTH") or "unauthenticated" in text
+    )
