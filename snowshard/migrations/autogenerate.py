@@ -333,8 +333,9 @@ class _Templater:
         if isinstance(op, alembic_ops.DropColumnOp):
             dropped = copy.copy(op)
             dropped.table_name = SENTINEL_TABLE
-            if alembic_reverse(op) is not None:
-                converted = self.convert(alembic_reverse(op))
+            original = alembic_reverse(op)
+            if original is not None:
+                converted = self.convert(original)
                 assert isinstance(converted, alembic_ops.AddColumnOp)
                 set_alembic_reverse(dropped, converted)
             return dropped
@@ -360,8 +361,9 @@ class _Templater:
             dropped_ix = copy.copy(op)
             dropped_ix.table_name = SENTINEL_TABLE
             dropped_ix.index_name = self.name(op.index_name) or ""
-            if alembic_reverse(op) is not None:
-                reverse_ix = self.convert(alembic_reverse(op))
+            original = alembic_reverse(op)
+            if original is not None:
+                reverse_ix = self.convert(original)
                 if not isinstance(reverse_ix, alembic_ops.CreateIndexOp):
                     return None
                 set_alembic_reverse(dropped_ix, reverse_ix)
@@ -383,8 +385,9 @@ class _Templater:
             dropped_c = copy.copy(op)
             dropped_c.table_name = SENTINEL_TABLE
             dropped_c.constraint_name = self.name(op.constraint_name)
-            if alembic_reverse(op) is not None:
-                reverse_c = self.convert(alembic_reverse(op))
+            original = alembic_reverse(op)
+            if original is not None:
+                reverse_c = self.convert(original)
                 if not isinstance(reverse_c, alembic_ops.AddConstraintOp):
                     return None
                 set_alembic_reverse(dropped_c, reverse_c)

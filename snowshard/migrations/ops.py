@@ -379,6 +379,17 @@ def sharded_operation(spec: ShardSpec, template: MigrateOperation) -> ShardedOpe
     )
 
 
+def _with_sharded_reverse(spec: ShardSpec, template: Any) -> Any:
+    """``template`` (a drop) with what it undoes normalized as its sharded operation's own.
+
+    Then the drop's ``reverse()`` gives the template of the matching sharded create.
+    """
+    reverse = alembic_reverse(template)
+    if reverse is not None:
+        set_alembic_reverse(template, sharded_operation(spec, reverse).template)
+    return template
+
+
 def _run_sharded(operations: Operations, operation: ShardedOperation) -> None:
     """The implementation of every sharded operation: each table of this database in turn."""
     context = operations.get_context()
@@ -558,11 +569,7 @@ class DropShardedTableOp(ShardedOperation):
     template: alembic_ops.DropTableOp
 
     def _normalize(self, template: Any) -> Any:
-        template = super()._normalize(template)
-        reverse = alembic_reverse(template)
-        if reverse is not None:
-            set_alembic_reverse(template, CreateShardedTableOp(self.spec, reverse).template)
-        return template
+        return _with_sharded_reverse(self.spec, super()._normalize(template))
 
     def physical(self, shard: _Shard) -> MigrateOperation:
         return _physical_drop(self.template, shard.table)
@@ -678,11 +685,7 @@ class DropShardedColumnOp(ShardedOperation):
     batch_on_sqlite = True
 
     def _normalize(self, template: Any) -> Any:
-        template = super()._normalize(template)
-        reverse = alembic_reverse(template)
-        if reverse is not None:
-            set_alembic_reverse(template, AddShardedColumnOp(self.spec, reverse).template)
-        return template
+        return _with_sharded_reverse(self.spec, super()._normalize(template))
 
     @property
     def target(self) -> str:
@@ -844,11 +847,7 @@ class DropShardedIndexOp(ShardedOperation):
     template: alembic_ops.DropIndexOp
 
     def _normalize(self, template: Any) -> Any:
-        template = super()._normalize(template)
-        reverse = alembic_reverse(template)
-        if reverse is not None:
-            set_alembic_reverse(template, CreateShardedIndexOp(self.spec, reverse).template)
-        return template
+        return _with_sharded_reverse(self.spec, super()._normalize(template))
 
     def _templates(self) -> list[tuple[str, object]]:
         return [("index name", self.template.index_name)]
@@ -1079,11 +1078,7 @@ class DropShardedConstraintOp(_ConstraintOp):
     template: alembic_ops.DropConstraintOp
 
     def _normalize(self, template: Any) -> Any:
-        template = super()._normalize(template)
-        reverse = alembic_reverse(template)
-        if reverse is not None:
-            set_alembic_reverse(template, sharded_operation(self.spec, reverse).template)
-        return template
+        return _with_sharded_reverse(self.spec, super()._normalize(template))
 
     def constraint_kind(self) -> str | None:
         return self.template.constraint_type
