@@ -25,7 +25,6 @@ from snowshard.workers import (
     create_table,
     join_cluster,
 )
-from snowshard.workers._redis import redact
 from tests.backends import DatabaseFactory
 from tests.cli_support import run
 from tests.faults.servers import RedisServer
@@ -71,7 +70,6 @@ REDACTIONS = [
 def test_redact_url(text: str, expected: str) -> None:
     """Every URL form masks its password (user info or query) as ***, keeping the rest."""
     assert redact_url(text) == expected
-    assert redact(text) == expected  # the Redis plumbing's name for it
 
 
 @pytest.mark.parametrize(

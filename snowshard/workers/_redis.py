@@ -11,7 +11,7 @@ from snowshard.workers.errors import WorkerConfigError
 if TYPE_CHECKING:
     from redis import Redis
 
-__all__ = ["Connected", "connect", "describe", "import_redis", "redact"]
+__all__ = ["Connected", "connect", "describe", "import_redis"]
 
 
 def import_redis() -> Any:
@@ -23,11 +23,6 @@ def import_redis() -> Any:
             "this feature needs redis-py: pip install 'snowshard[redis]'"
         ) from exc
     return redis
-
-
-def redact(url: str) -> str:
-    """``url`` with its passwords replaced by ``***``: :func:`snowshard.redaction.redact_url`."""
-    return redact_url(url)
 
 
 class Connected(NamedTuple):
