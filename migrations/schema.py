@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from snowshard.orm.types import SnowflakeType
-from snowshard.sharding.spec import ShardInfo, ShardSpec
+from snowshard.spec import ShardInfo, ShardSpec
 from snowshard.workers.db_lease import make_lease_table
 
 __all__ = ["DATABASES", "ORDERS", "ORDER_ITEMS", "UNSHARDED_DATABASE", "build_metadata"]

@@ -25,7 +25,7 @@ from snowshard.migrations import (
     collapse_sharded_ops,
     include_database,
 )
-from snowshard.sharding.spec import ShardInfo, ShardSpec
+from snowshard.spec import ShardInfo, ShardSpec
 from tests.backends import DatabaseFactory
 from tests.test_migrations_env import KEYS, alembic_config
 
@@ -105,7 +105,7 @@ def test_new_column_is_one_sharded_operation_per_database(
         assert f"op.add_sharded_column({spec}, sa.Column('note', sa.String(length=200)" in upgrade
         downgrade = function_body(source, f"downgrade_{key}")
         assert downgrade.count(f"op.drop_sharded_column({spec}, 'note')") == 1
-    assert "from snowshard.sharding.spec import ShardSpec" in source
+    assert "from snowshard.spec import ShardSpec" in source
 
 
 def test_generated_revision_applies_and_leaves_no_diff(

@@ -22,7 +22,7 @@ from snowshard.migrations import (
     DropShardedIndexOp,
     ShardMigrationError,
 )
-from snowshard.sharding.spec import ShardConfigError, ShardSpec
+from snowshard.spec import ShardConfigError, ShardSpec
 
 # four tables: t_00, t_01 in database "a"; t_02, t_03 in database "b"
 SPEC = ShardSpec("t", 4, databases={"a": [0, 1], "b": [2, 3]})
@@ -282,7 +282,7 @@ def test_drop_without_known_definition_is_not_reversible() -> None:
     from alembic.operations import ops as alembic_ops
 
     from snowshard.migrations import SENTINEL_TABLE, DropShardedColumnOp
-    from snowshard.sharding.spec import ShardSpec
+    from snowshard.spec import ShardSpec
 
     op = DropShardedColumnOp(ShardSpec("orders", 4), alembic_ops.DropColumnOp(SENTINEL_TABLE, "note"))
     with pytest.raises(ValueError, match="orders.note is not reversible: the original column"):

@@ -38,7 +38,7 @@ from snowshard.migrations import (
     ShardMigrationError,
     collapse_sharded_ops,
 )
-from snowshard.sharding.spec import ShardInfo, ShardSpec
+from snowshard.spec import ShardInfo, ShardSpec
 from tests.backends import DatabaseFactory, table_names
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 import snowshard.orm.types
-from snowshard.sharding.spec import ShardSpec
+from snowshard.spec import ShardSpec
 
 # revision identifiers, used by Alembic.
 revision: str = '0001'

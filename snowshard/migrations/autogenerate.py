@@ -4,7 +4,7 @@ Alembic compares each physical table on its own, so a column added to a sharded 
 up as ``add_column('orders_00', ...)`` .. ``add_column('orders_07', ...)``.
 :data:`collapse_sharded_ops` (an Alembic :class:`~alembic.autogenerate.Rewriter`) replaces
 the operations that agree on every physical table of one
-:class:`~snowshard.sharding.spec.ShardSpec` by a single sharded operation, which renders as
+:class:`~snowshard.spec.ShardSpec` by a single sharded operation, which renders as
 ``op.add_sharded_column(ShardSpec('orders', 16, ...), sa.Column(...))``. Physical tables are
 recognised by ``table.info["snowshard"] = ShardInfo(spec, shard)`` in the target metadata;
 a table dropped from the models is recognised through the specs listed in the
@@ -19,7 +19,7 @@ It also makes generated revisions run as written, on every backend:
   (``snowshard.orm.types.SnowflakeType()``) without importing it; the rewriter adds
   ``import snowshard.orm.types`` (and the like, for any such type the revision renders,
   also when ``render_item`` left it to Alembic) to the revision's imports, and
-  ``from snowshard.sharding.spec import ShardSpec`` when a sharded operation is rendered.
+  ``from snowshard.spec import ShardSpec`` when a sharded operation is rendered.
   A table left per shard does not render its ``ShardInfo``: it is not part of the schema.
 * **Order.** An index dropped just before its table (a downgrade of the revision that
   created both) is left out, since dropping the table drops it, and a foreign key dropped
@@ -70,7 +70,7 @@ from snowshard.migrations.ops import (
     _Shard,
     sharded_operation,
 )
-from snowshard.sharding.spec import DEFAULT_DATABASE, ShardInfo, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardInfo, ShardSpec
 
 __all__ = [
     "SPECS_OPTION",
@@ -83,7 +83,7 @@ __all__ = [
 SPECS_OPTION = "snowshard_specs"
 """``context.configure()`` keyword: extra specs, for tables no longer in the models."""
 
-_SPEC_IMPORT = "from snowshard.sharding.spec import ShardSpec"
+_SPEC_IMPORT = "from snowshard.spec import ShardSpec"
 
 
 def shard_info_of(table: sa.Table) -> ShardInfo | None:

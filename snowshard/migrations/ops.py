@@ -1,13 +1,13 @@
 """Alembic operations that change every physical table of a sharded table at once.
 
 A sharded model has ``spec.count`` physical tables (``orders_00`` .. ``orders_15``) spread
-over several databases (see :class:`~snowshard.sharding.spec.ShardSpec`). Each operation
+over several databases (see :class:`~snowshard.spec.ShardSpec`). Each operation
 here is an Alembic :class:`~alembic.operations.MigrateOperation`, registered on
 :class:`~alembic.operations.Operations` once ``snowshard.migrations`` is imported::
 
     from alembic import op
     import sqlalchemy as sa
-    from snowshard.sharding.spec import ShardSpec
+    from snowshard.spec import ShardSpec
 
     ORDERS = ShardSpec("orders", 16, databases={"default": range(8), "db1": range(8, 16)})
 
@@ -88,7 +88,7 @@ from snowshard._compat import (
     set_alembic_reverse,
 )
 from snowshard.errors import SnowshardError
-from snowshard.sharding.spec import DEFAULT_DATABASE, ShardConfigError, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardSpec
 
 __all__ = [
     "DATABASE_OPTION",

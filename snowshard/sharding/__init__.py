@@ -59,7 +59,7 @@ from snowshard.sharding.keyset import Page, keyset, keyset_page
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.schema import create_all, drop_all, tables_by_database
 from snowshard.sharding.session import ShardedSession
-from snowshard.sharding.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
 
 if TYPE_CHECKING:
     from snowshard.sharding.aio import (

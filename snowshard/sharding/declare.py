@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 from sqlalchemy.orm import RelationshipProperty, declared_attr
 
 from snowshard.sharding.errors import MissingShardKey
-from snowshard.sharding.spec import ShardConfigError
+from snowshard.spec import ShardConfigError
 
 if TYPE_CHECKING:
     from snowshard.sharding.model import ShardedModel

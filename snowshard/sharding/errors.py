@@ -3,7 +3,7 @@
 All derive from :class:`~snowshard.errors.SnowshardError`; those caused by a bad argument
 also from ``ValueError`` or ``TypeError``. Each is raised before any SQL is sent. They
 derive from :class:`sqlalchemy.exc.DontWrapMixin` too, so SQLAlchemy never wraps them in a
-``StatementError``. Declaration mistakes raise :class:`~snowshard.sharding.spec.ShardConfigError`.
+``StatementError``. Declaration mistakes raise :class:`~snowshard.spec.ShardConfigError`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from sqlalchemy.sql.naming import conv
 from snowshard._compat import keyed_subquery
 from snowshard.sharding.declare import PENDING_ID, Shards
 from snowshard.sharding.model import ShardedModel, logical_tables, model_classes
-from snowshard.sharding.spec import ShardConfigError, ShardInfo, ShardSpec
+from snowshard.spec import ShardConfigError, ShardInfo, ShardSpec
 from snowshard.strategies import Gene, Mod, ShardStrategy, colocates_genes
 
 __all__ = ["DISCRIMINATOR", "map_shards", "union_entity"]

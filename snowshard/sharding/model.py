@@ -18,7 +18,7 @@ from snowshard.sharding.errors import (
     ShardKeyTypeError,
     UnknownShard,
 )
-from snowshard.sharding.spec import ShardSpec
+from snowshard.spec import ShardSpec
 from snowshard.strategies import Gene, Mod
 
 __all__ = ["ShardedModel", "logical_tables", "model_classes"]

@@ -7,7 +7,7 @@
     await create_all_async(Base.metadata, bind=async_engine)    # snowshard.sharding.aio
 
 A table with ``info["snowshard"]`` is created in the database its
-:class:`~snowshard.sharding.spec.ShardSpec` names (``databases[key]``, or ``bind`` for the
+:class:`~snowshard.spec.ShardSpec` names (``databases[key]``, or ``bind`` for the
 default database); every other table of the metadata in ``bind``. Each database is
 handled in one transaction. For schema changes over time, hand the same ``MetaData`` to
 Alembic: it holds exactly the physical tables, each tagged with its ``ShardInfo``.
@@ -21,7 +21,7 @@ from typing import Optional, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 
 from snowshard.sharding.errors import UnknownDatabase
-from snowshard.sharding.spec import DEFAULT_DATABASE, ShardInfo
+from snowshard.spec import DEFAULT_DATABASE, ShardInfo
 
 __all__ = ["create_all", "drop_all", "plan_by_engine", "tables_by_database"]
 

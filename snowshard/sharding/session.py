@@ -45,7 +45,7 @@ from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import route_execute
 from snowshard.sharding.flush import check_flush
 from snowshard.sharding.model import model_classes
-from snowshard.sharding.spec import DEFAULT_DATABASE
+from snowshard.spec import DEFAULT_DATABASE
 
 __all__ = ["ShardedSession"]
 
