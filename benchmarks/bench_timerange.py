@@ -10,10 +10,10 @@ PostgreSQL (and MariaDB/MySQL with ``--mysql URL``) also come from
 One table holds ``--rows`` rows issued evenly over ``--hours`` hours by a ``Snowflake`` on a
 manual clock; ``created_at`` is the instant each ID was issued, with its own index. Each
 query counts the rows of a random one-hour window, once as
-``id_between(events.id, layout, start, end)`` (primary key range, issue 3 item 8) and once
+``id_between(events.id, layout, start, end)`` (a primary key range scan) and once
 as ``created_at >= start AND created_at < end``; both must return the same count. The table
 reports median and 90th-percentile latency and the ratio of medians (target: PK / created_at
-<= 1.0).
+<= 1.0: the ID's own time bits serve a time range as fast as a separate indexed column).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def main() -> None:
         print(f"  ({backend}: loaded in {loaded:.1f} s)")
     print(header)
     print("\n".join(lines))
-    print("target: PK / created_at <= 1.0 (issue 3)")
+    print("target: PK / created_at <= 1.0 (the primary key is as fast as the created_at index)")
 
 
 if __name__ == "__main__":

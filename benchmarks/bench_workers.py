@@ -1,6 +1,6 @@
 """Benchmarks of the worker-ID machinery, each against a baseline measured in the same run.
 
-1. Redis issuer (seed 004): one round trip per ID (``next_id``) vs batched ``INCRBY``
+1. Redis issuer: one round trip per ID (``next_id``) vs batched ``INCRBY``
    (``next_ids(4096)``). Target: the batch reaches >= 10x the per-ID rate.
 2. ``Snowflake.next_id`` with a leased worker ID (Redis, and a SQLite table) vs a fixed
    worker ID. Target: >= 0.95x, i.e. renewal stays off the hot path.

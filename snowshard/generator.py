@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Literal, Protocol, Union, runtime_checkable
+from typing import Literal, Union
 
 from snowshard.clock import wall_anchored_ns
 from snowshard.errors import (
@@ -42,40 +42,13 @@ from snowshard.errors import (
 )
 from snowshard.genes import key_to_int
 from snowshard.layout import Layout, TimeLike
+from snowshard.workers.base import WorkerClaim, WorkerLease
 from snowshard.workers.host import HostWorker
 
 __all__ = ["Snowflake", "WorkerClaim", "WorkerLease", "WorkerSource"]
 
 _NEVER = 1 << 62
 _monotonic_ns = time.monotonic_ns
-
-
-class WorkerClaim:
-    """What a lease grants: a worker ID, until when, and the lowest time it may issue at.
-
-    ``expires_ns`` is a :func:`time.monotonic_ns` deadline after which the lease may have
-    lapsed (``None``: never). ``floor_unix_ms`` is the last time the previous holder of the
-    worker ID issued at; the new holder issues only after it.
-    """
-
-    __slots__ = ("expires_ns", "floor_unix_ms", "worker")
-
-    def __init__(self, worker: int, expires_ns: int | None = None, floor_unix_ms: int = 0):
-        self.worker = worker
-        self.expires_ns = expires_ns
-        self.floor_unix_ms = floor_unix_ms
-
-
-@runtime_checkable
-class WorkerLease(Protocol):
-    """A worker ID source that can lapse (Redis or database leases, ``snowshard.workers``).
-
-    ``claim(high_water)`` returns the current claim, renewing or re-acquiring as needed, or
-    raises :class:`WorkerIdError`. ``high_water()`` gives the Unix ms of the generator's last
-    ID, which the lease stores so the next holder never issues at or below it.
-    """
-
-    def claim(self, high_water: Callable[[], int]) -> WorkerClaim: ...
 
 
 WorkerSource = Union[int, Callable[[], int], WorkerLease]
@@ -102,7 +75,8 @@ class Snowflake:
 
     :param layout: the bit layout (default: 41-bit ms since 2020-01-01, 10-bit worker,
         12-bit sequence).
-    :param worker: an ``int``, a callable returning one, or a :class:`WorkerLease`. Default:
+    :param worker: an ``int``, a callable returning one, or a :class:`WorkerLease`, which
+        the generator attaches itself to (a lease serves one generator). Default:
         :class:`~snowshard.workers.host.HostWorker` (low bits of the IPv4 address and pid).
     :param datacenter: an ``int`` or callable, default 0.
     :param clock: a callable returning Unix ms, replacing the drift-proof default clock.
@@ -176,10 +150,18 @@ class Snowflake:
         self._datacenter = 0
         self._valid_until_ns = _NEVER
         self._forked = False
-        self._bind_node(first=True)
-        if self._clock is not None:
-            # fail fast on a clock before the epoch or past the layout's end
-            layout.ticks_of(self._clock())
+        lease = self._worker_source if isinstance(self._worker_source, WorkerLease) else None
+        if lease is not None:
+            lease.attach(self)  # refuses a lease another live generator issues IDs under
+        try:
+            self._bind_node(first=True)
+            if self._clock is not None:
+                # fail fast on a clock before the epoch or past the layout's end
+                layout.ticks_of(self._clock())
+        except BaseException:
+            if lease is not None:
+                lease.detach(self)  # a generator that failed to start holds no lease
+            raise
         _live.add(self)
 
     # -- identity of this generator ---------------------------------------------------

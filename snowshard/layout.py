@@ -26,10 +26,20 @@ from snowshard.errors import (
     InvalidId,
     LayoutError,
     LayoutExpired,
+    SnowshardError,
 )
 from snowshard.genes import gene_of
 
-__all__ = ["DEFAULT_EPOCH", "Layout", "Parts", "TimeLike", "to_unix_ms"]
+__all__ = [
+    "DEFAULT_EPOCH",
+    "MAX_DECIMAL_DIGITS",
+    "Layout",
+    "Parts",
+    "TimeLike",
+    "is_decimal",
+    "parse_decimal",
+    "to_unix_ms",
+]
 
 TimeLike = Union[datetime, int]
 """A point in time: an aware :class:`~datetime.datetime` or Unix milliseconds."""
@@ -59,6 +69,53 @@ def to_unix_ms(value: TimeLike, *, what: str = "time") -> int:
         )
     delta = value - _UNIX
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+MAX_DECIMAL_DIGITS = 4300
+"""The most digits :func:`parse_decimal` reads (Python's own limit for ``int(str)``)."""
+
+
+def is_decimal(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits 0-9 and nothing else.
+
+    No sign, no spaces, no ``_`` separators, no other scripts' digits (``int()`` reads
+    ``"١٢"`` as 12; an ID never is).
+    """
+    return text.isascii() and text.isdigit()
+
+
+def parse_decimal(
+    text: str, *, what: str = "number", error: type[SnowshardError] = InvalidId
+) -> int:
+    """The non-negative ``int`` that ``text`` spells in decimal: the one parser of IDs and keys.
+
+    Surrounding whitespace is ignored; otherwise ``text`` must pass :func:`is_decimal`.
+    Anything else raises ``error`` (default :class:`~snowshard.InvalidId`) with the message
+    ``'<text>' is not a decimal <what>: expected digits 0-9 only``, so the same bad text
+    reads the same wherever it is parsed; ``what`` names what was expected (``"ID"``,
+    ``"worker ID in 0..1023 ($SNOWSHARD_WORKER_ID)"``). Text longer than
+    :data:`MAX_DECIMAL_DIGITS` digits raises ``error`` too. Ranges are the caller's to
+    check, with its own advice.
+    """
+    if not isinstance(text, str):
+        raise IdTypeError(
+            f"a decimal {what} must be a str, got {type(text).__name__} {text!r}"
+        )
+    digits = text.strip()
+    if not is_decimal(digits):
+        raise error(f"{_shown(text)} is not a decimal {what}: expected digits 0-9 only")
+    if len(digits) > MAX_DECIMAL_DIGITS:
+        raise error(
+            f"{_shown(digits)} has {len(digits)} digits, more than the "
+            f"{MAX_DECIMAL_DIGITS} a decimal {what} may have; give a smaller number"
+        )
+    return int(digits)
+
+
+def _shown(text: str) -> str:
+    """``repr(text)``, cut short when long (a message must not quote megabytes)."""
+    shown = repr(text)
+    return shown if len(shown) <= 64 else f"{shown[:48]}...{shown[-8:]}"
 
 
 def _from_unix_ms(ms: int) -> datetime:
@@ -353,13 +410,7 @@ class Layout:
             raise IdTypeError(
                 f"an ID must be an int or a decimal str, got {type(id).__name__} {id!r}"
             )
-        if isinstance(id, str):
-            text = id.strip()
-            if not (text.isascii() and text.isdigit()):
-                raise InvalidId(f"{id!r} is not a decimal ID: expected digits 0-9 only")
-            value = int(text)
-        else:
-            value = id
+        value = parse_decimal(id, what="ID") if isinstance(id, str) else id
         if value < 0:
             raise InvalidId(f"ID {value} is negative; IDs are in 0..{self.max_value}")
         if value > self.max_value:

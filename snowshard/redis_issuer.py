@@ -1,31 +1,33 @@
-"""An ID issuer whose sequence lives in Redis (seed 004): no worker IDs to hand out.
+"""An ID issuer whose sequence lives in Redis: no worker IDs to hand out.
 
 Every process, on any host, asks Redis for the next sequence numbers of the current tick::
 
     from snowshard import Layout
     from snowshard.redis_issuer import RedisIssuer
 
-    layout = Layout(datacenter_bits=5, worker_bits=5)        # seed 004: server, business
+    layout = Layout(datacenter_bits=5, worker_bits=5)   # e.g. a server ID and a business ID
     with RedisIssuer("redis://:secret@cache:6379/0", layout, datacenter=1, worker=2) as ids:
-        ids.next_id()            # one round trip per ID (seed 004's design)
+        ids.next_id()            # one round trip per ID
         ids.next_ids(1000)       # one INCRBY for up to a whole tick of IDs
 
 One Lua script does ``INCRBY`` and ``PEXPIRE`` on the key of the current tick
 (``<prefix>:<datacenter>:<worker>:<tick>``), so two clients never get the same sequence
-number of a tick. The ``datacenter`` and ``worker`` fields carry what the caller chooses (a
-site and a business line in seed 004); they need not be unique per process.
+number of a tick. The ``datacenter`` and ``worker`` fields carry what the caller chooses
+(a site and a business line, say); they need not be unique per process. A
+:class:`RedisIssuer` is an :class:`~snowshard.issuer.IdIssuer`, so it can fill a primary
+key column's default (:func:`~snowshard.orm.snowflake_pk`), genes included.
 
-Where seed 004 falls short, and what this does instead:
+What keeps the IDs unique where a plain "INCR a per-millisecond key" design does not:
 
-* **Time.** Seed 004 reads each client's clock and expires a tick's key after 1 ms, so a
-  client whose clock lags another's by more than that finds the key gone and restarts the
-  tick's sequence: duplicates. Here the tick comes from Redis's ``TIME`` (one clock for
-  all clients) unless ``clock=`` is given, and Redis remembers the last tick issued
-  (``<prefix>:<datacenter>:<worker>:last``): a tick before it, or equal to it once its
-  key has expired, is refused and the client waits (at most ``max_backwards_ms``, then
+* **Time.** Were each client to read its own clock, and a tick's key to expire 1 ms after
+  its tick, a client whose clock lags another's by more than that would find the key gone
+  and restart the tick's sequence: duplicates. Here the tick comes from Redis's ``TIME``
+  (one clock for all clients) unless ``clock=`` is given, and Redis remembers the last tick
+  issued (``<prefix>:<datacenter>:<worker>:last``): a tick before it, or equal to it once
+  its key has expired, is refused and the client waits (at most ``max_backwards_ms``, then
   :class:`~snowshard.ClockMovedBackwards`). A clock that steps back cannot repeat IDs.
-* **Overflow.** Seed 004 lets the sequence reach 4096, which spills into the next field;
-  here a full tick makes the client wait for the next tick and ask again.
+* **Overflow.** A sequence allowed to reach ``2**sequence_bits`` spills into the worker
+  field; here a full tick makes the client wait for the next tick and ask again.
 * **Errors.** Any Redis failure raises :class:`IssuerUnavailable` or :class:`IssuerError`
   (both :class:`~snowshard.SnowshardError`); no ID is returned that Redis did not grant.
   A request that timed out may have consumed sequence numbers: they are skipped, never
@@ -47,7 +49,7 @@ from snowshard.errors import (
 )
 from snowshard.layout import Layout
 from snowshard.redaction import redact_url, scrub
-from snowshard.workers._redis import connect, import_redis
+from snowshard.workers.redis_connection import connect, import_redis
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -95,7 +97,7 @@ _I = TypeVar("_I", bound="RedisIssuer")
 
 
 class RedisIssuer:
-    """Issues IDs of ``layout`` whose sequence numbers come from Redis (seed 004).
+    """Issues IDs of ``layout`` whose sequence numbers come from Redis.
 
     :param redis: a URL (``redis://[:password@]host:port/db``; ``rediss://`` for TLS, with
         e.g. ``?ssl_ca_certs=/path/ca.pem``; ``unix:///path?password=...``; messages show it
@@ -103,15 +105,16 @@ class RedisIssuer:
         :class:`~snowshard.LayoutError`) or a ``redis.Redis`` client (not closed by
         :meth:`close`).
     :param layout: the bit layout (default :class:`~snowshard.Layout`).
-    :param datacenter: the datacenter field of every ID (seed 004's server ID).
-    :param worker: the worker field of every ID (seed 004's business ID). Issuers with
+    :param datacenter: the datacenter field of every ID (a server or site ID, say).
+    :param worker: the worker field of every ID (a business line, say). Issuers with
         the same ``key_prefix``, datacenter and worker share one sequence.
     :param clock: Unix ms from the client instead of Redis ``TIME``; every client of a
         sequence must then share a clock (a lagging one waits, up to ``max_backwards_ms``).
     :param sleep: how to wait (default :func:`time.sleep`).
-    :param sequence_start: ``"reset"``: each tick's sequence starts at 0 (seed 004);
-        ``"random"``: at a random point in its lower half, so ``id % 2**k`` routing does
-        not pile low-rate IDs into shard 0 (seed 002), at the cost of up to half a tick.
+    :param sequence_start: ``"reset"``: each tick's sequence starts at 0; ``"random"``: at
+        a random point in its lower half, so ``id % 2**k`` routing does not pile low-rate
+        IDs into shard 0 (at one ID per tick a reset sequence leaves the low bits all zero),
+        at the cost of up to half a tick.
     :param key_ttl_ms: how long a tick's key outlives its last use (default: 1 s or two
         ticks, whichever is longer).
     :param timeout: socket timeout of a URL's client, in seconds.

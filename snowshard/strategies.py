@@ -9,8 +9,10 @@ strategy   shard of ``x``                        use it when
 ``Gene``   ``x & (n - 1)``                       children carry the parent's gene: parent key
                                                  and child ID give the same shard
 ``Mod``    ``x % n``                             keys are dense counters. On snowflake IDs it
-                                                 piles rows into shard 0 at low rates (seed
-                                                 002) unless the sequence continues per tick
+                                                 piles rows into shard 0 at low rates (their
+                                                 low bits are mostly zero when the sequence
+                                                 restarts at 0 every tick) unless the
+                                                 sequence continues across ticks
 ``Mix``    ``(x ^ (x >> 16)) % n``               routing snowflake IDs by themselves (Java
                                                  HashMap's spreading); breaks gene co-location
 ``Shift``  ``(x >> bits) % n``                   routing by worker (``bits`` = sequence+gene)
@@ -25,6 +27,8 @@ millisecond reach only 112 of 1024 shards (max/mean 10.2, measured in ``tests/te
 That beats plain ``Mod`` (everything in shard 0) but is not even; ``Hash`` and ``Shift.by_time``
 are, and so is any strategy once the sequence continues across ticks (the default).
 
+Strategies are values: ``Mod(8) == Mod(8)``, equal ones hash alike, and ``Mod(8) != Mix(8)``.
+
 Non-int keys (str, bytes, UUID) are first turned into ints with
 :func:`snowshard.genes.key_to_int`, so every strategy accepts the same keys as genes do.
 """
@@ -37,7 +41,7 @@ from snowshard.errors import SnowshardError
 from snowshard.genes import key_to_int
 from snowshard.layout import Layout
 
-__all__ = ["Gene", "Hash", "Mix", "Mod", "Shift", "ShardStrategy", "StrategyError", "colocates_genes"]
+__all__ = ["Gene", "Hash", "Mix", "Mod", "ShardStrategy", "Shift", "StrategyError", "colocates_genes"]
 
 
 _MASK64 = (1 << 64) - 1
@@ -64,20 +68,45 @@ def _check_count(name: str, n: int) -> int:
 
 
 class _Base:
+    """Value semantics shared by the strategies: equal parameters, equal strategies.
+
+    Two strategies are equal, and hash alike, when they are of the same class and have the
+    same parameters (:meth:`params`), so a strategy can key a dict or a cache. They are
+    immutable: assigning an attribute raises :class:`AttributeError`.
+    """
+
     __slots__ = ("count",)
     count: int
 
     def __init__(self, n: int) -> None:
-        self.count = _check_count(type(self).__name__, n)
+        object.__setattr__(self, "count", _check_count(type(self).__name__, n))
+
+    def params(self) -> tuple[int, ...]:
+        """The constructor's arguments, in order: ``type(s)(*s.params()) == s``."""
+        return (self.count,)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.count})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and repr(other) == repr(self)
+        if not isinstance(other, _Base) or type(other) is not type(self):
+            return NotImplemented
+        return other.params() == self.params()
 
     def __hash__(self) -> int:
-        return hash(repr(self))
+        return hash((type(self), self.params()))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"{type(self).__name__} is immutable (it can key dicts); build a new one instead "
+            f"of setting {name!r}"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[type[_Base], tuple[int, ...]]:
+        return type(self), self.params()
 
 
 class Mod(_Base):
@@ -118,12 +147,16 @@ class Shift(_Base):
     """``(x >> bits) % n``: drop the low ``bits`` (sequence, gene, ...) before the modulo."""
 
     __slots__ = ("bits",)
+    bits: int
 
     def __init__(self, n: int, bits: int) -> None:
         super().__init__(n)
         if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 63:
             raise StrategyError(f"Shift bits must be an int in 0..63, got {bits!r}")
-        self.bits = bits
+        object.__setattr__(self, "bits", bits)
+
+    def params(self) -> tuple[int, ...]:
+        return (self.count, self.bits)
 
     @classmethod
     def by_worker(cls, n: int, layout: Layout) -> Shift:

@@ -268,3 +268,27 @@ def test_stalled_injected_clock_raises_instead_of_hanging() -> None:
     generator.next_ids(4)
     with pytest.raises(ClockStalled, match="stayed at tick"):
         generator.next_id()
+
+
+def test_lease_protocol_lives_in_workers_base_and_is_re_exported() -> None:
+    """snowshard.generator re-exports WorkerClaim and WorkerLease from workers.base, unchanged."""
+    from snowshard import generator, workers
+    from snowshard.workers import base
+
+    assert generator.WorkerClaim is base.WorkerClaim is workers.WorkerClaim
+    assert generator.WorkerLease is base.WorkerLease is workers.WorkerLease
+
+
+def test_importing_the_generator_loads_neither_sqlalchemy_nor_redis() -> None:
+    """import snowshard.generator (and the workers package) stays free of SQLAlchemy and redis."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, snowshard.generator, snowshard.workers, snowshard.workers.base\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'redis'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

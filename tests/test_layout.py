@@ -17,6 +17,7 @@ from snowshard import (
     LayoutExpired,
     SnowshardError,
 )
+from snowshard.layout import is_decimal, parse_decimal
 
 UTC = timezone.utc
 
@@ -121,6 +122,60 @@ def test_parse_rejects_ids_wider_than_a_narrow_layout() -> None:
 def test_parse_accepts_decimal_strings() -> None:
     """A decimal string parses like the int it spells (IDs arrive as JSON strings)."""
     assert Layout().parse("152075078181383514") == Layout().parse(152075078181383514)
+
+
+def test_parse_refuses_a_string_of_too_many_digits() -> None:
+    """A 5000-digit string is an InvalidId naming the limit, not Python's int() ValueError."""
+    with pytest.raises(InvalidId, match="has 5000 digits, more than the 4300"):
+        Layout().parse("7" * 5000)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0", 0), ("42", 42), (" 42\n", 42), ("007", 7), ("9223372036854775807", 2**63 - 1)],
+)
+def test_parse_decimal_reads_ascii_digits(text: str, expected: int) -> None:
+    """Digits 0-9, surrounding whitespace ignored, leading zeros allowed, read as an int."""
+    assert parse_decimal(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "-5", "+5", "1_000", "1 000", "1e3", "0x10", "12a", "\u0661\u0662", "\u00b2"]
+)
+def test_parse_decimal_refuses_anything_else(text: str) -> None:
+    """Signs, separators, exponents, hex and other scripts' digits raise the one message."""
+    with pytest.raises(InvalidId) as caught:
+        parse_decimal(text, what="ID")
+    assert str(caught.value) == f"{text!r} is not a decimal ID: expected digits 0-9 only"
+
+
+def test_parse_decimal_raises_the_callers_error_class() -> None:
+    """error= picks the class (from the caller's error tree); the message stays the same."""
+
+    class ConfigProblem(SnowshardError):
+        pass
+
+    with pytest.raises(ConfigProblem, match="^'x' is not a decimal port: expected digits"):
+        parse_decimal("x", what="port", error=ConfigProblem)
+
+
+def test_parse_decimal_refuses_non_strings() -> None:
+    """Only str is decimal text: bytes and ints raise IdTypeError naming the type."""
+    with pytest.raises(IdTypeError, match="must be a str, got bytes"):
+        parse_decimal(b"12")  # type: ignore[arg-type]
+
+
+def test_parse_decimal_shortens_long_text_in_messages() -> None:
+    """A long bad value is quoted cut short, so a message never carries megabytes."""
+    with pytest.raises(InvalidId) as caught:
+        parse_decimal("x" * 100_000)
+    assert len(str(caught.value)) < 200
+
+
+def test_is_decimal_is_strict() -> None:
+    """is_decimal accepts bare ASCII digits only: no whitespace, sign or other scripts."""
+    assert is_decimal("0123")
+    assert not any(is_decimal(t) for t in ("", " 1", "-1", "\u0661", "1.0"))
 
 
 @st.composite

@@ -22,6 +22,8 @@ from snowshard import (
     Snowflake,
     SnowshardError,
 )
+from snowshard.issuer import IssuerTypeError
+from snowshard.layout import MAX_DECIMAL_DIGITS
 from snowshard.orm import (
     MAX_ID,
     GeneParentError,
@@ -164,6 +166,16 @@ def test_to_id_refuses_bad_values_naming_them(value: object, error: type[Excepti
     assert (shown if len(shown) < 50 else shown[:20]) in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["12a", " -5", "", "\u0661\u0662", "1" * (MAX_DECIMAL_DIGITS + 1)])
+def test_to_id_and_layout_refuse_bad_text_alike(text: str) -> None:
+    """A bad decimal ID gets the same InvalidId message from the column type and the layout."""
+    with pytest.raises(IdValueError) as from_column:
+        to_id(text)
+    with pytest.raises(InvalidId) as from_layout:
+        LAYOUT.validate(text)
+    assert str(from_column.value) == str(from_layout.value)
+
+
 def test_bad_value_errors_are_value_and_type_errors() -> None:
     """The errors derive from SnowshardError and from ValueError / TypeError."""
     assert issubclass(IdValueError, SnowshardError)
@@ -217,7 +229,7 @@ def test_arithmetic_operands_are_not_checked_as_ids() -> None:
 
 
 def test_int_ids_round_trip_to_bigint_limits(engine: Engine) -> None:
-    """0, a seed ID and 2**63-1 are stored and read back as the same ints."""
+    """0, a typical snowflake ID and 2**63-1 are stored and read back as the same ints."""
     table = sa.Table("ids", sa.MetaData(), sa.Column("id", SnowflakeType(), primary_key=True,
                                                         autoincrement=False))
     table.create(engine)
@@ -406,10 +418,11 @@ def test_gene_from_needs_gene_bits() -> None:
         snowflake_default(Snowflake(Layout(), worker=1), gene_from="user_id")
 
 
-def test_default_needs_a_snowflake() -> None:
-    """Anything but a Snowflake as generator is a TypeError at once."""
-    with pytest.raises(TypeError, match="Snowflake"):
+def test_default_needs_an_id_issuer() -> None:
+    """Anything but an ID issuer as generator is an IssuerTypeError (a TypeError) at once."""
+    with pytest.raises(IssuerTypeError, match="IdIssuer") as caught:
         snowflake_default(lambda: 5)  # type: ignore[arg-type]
+    assert isinstance(caught.value, TypeError)
 
 
 def test_snowflake_pk_refuses_keywords_it_sets(generator: Snowflake) -> None:

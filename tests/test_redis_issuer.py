@@ -1,4 +1,4 @@
-"""The Redis issuer (seed 004): sequences from one Lua INCRBY + PEXPIRE per tick."""
+"""The Redis issuer: sequences from one Lua INCRBY + PEXPIRE per tick."""
 
 from __future__ import annotations
 
@@ -21,18 +21,18 @@ from snowshard.redis_issuer import IssuerError, IssuerUnavailable, RedisIssuer
 from tests.backends import RedisNamespace
 from tests.faults.servers import RedisServer, make_tls_files
 
-SEED004 = Layout(datacenter_bits=5, worker_bits=5)  # 41-bit ms, server, business, 12-bit seq
+FIELDS = Layout(datacenter_bits=5, worker_bits=5)  # 41-bit ms, server, business, 12-bit seq
 T = 1_800_000_000_000
 
 
-def issuer(ns: RedisNamespace, layout: Layout = SEED004, **kwargs: object) -> RedisIssuer:
+def issuer(ns: RedisNamespace, layout: Layout = FIELDS, **kwargs: object) -> RedisIssuer:
     return RedisIssuer(ns.url, layout, key_prefix=ns.key("seq"), **kwargs)  # type: ignore[arg-type]
 
 
 def test_ids_carry_the_fields_and_redis_time(redis_db: RedisNamespace) -> None:
     """An ID parses to the chosen server/business fields and Redis's current time."""
     with issuer(redis_db, datacenter=1, worker=2) as ids:
-        parts = SEED004.parse(ids.next_id())
+        parts = FIELDS.parse(ids.next_id())
     assert (parts.datacenter, parts.worker) == (1, 2)
     assert abs(parts.unix_ms - time.time() * 1000) < 1000
 
@@ -42,7 +42,7 @@ def test_batch_is_unique_increasing_and_spans_ticks(redis_db: RedisNamespace) ->
     with issuer(redis_db) as ids:
         batch = ids.next_ids(10_000)
     assert len(set(batch)) == 10_000 and batch == sorted(batch)
-    assert len({SEED004.parse(i).ticks for i in batch}) >= 3
+    assert len({FIELDS.parse(i).ticks for i in batch}) >= 3
 
 
 def test_batch_fills_a_tick_then_waits_for_the_next(redis_db: RedisNamespace) -> None:
@@ -50,9 +50,9 @@ def test_batch_fills_a_tick_then_waits_for_the_next(redis_db: RedisNamespace) ->
     clock = ManualClock(T)
     with issuer(redis_db, clock=clock, sleep=clock.sleep) as ids:
         batch = ids.next_ids(4100)
-    ticks = [SEED004.parse(i).unix_ms for i in batch]
+    ticks = [FIELDS.parse(i).unix_ms for i in batch]
     assert ticks.count(T) == 4096 and ticks.count(T + 1) == 4
-    assert [SEED004.parse(i).sequence for i in batch[4096:]] == [0, 1, 2, 3]
+    assert [FIELDS.parse(i).sequence for i in batch[4096:]] == [0, 1, 2, 3]
     assert clock.slept_ms >= 1
 
 
@@ -62,7 +62,7 @@ def test_per_id_overflow_waits_for_the_next_tick(redis_db: RedisNamespace) -> No
     with issuer(redis_db, clock=clock, sleep=clock.sleep) as ids:
         for _ in range(4096):
             ids.next_id()
-        parts = SEED004.parse(ids.next_id())
+        parts = FIELDS.parse(ids.next_id())
     assert (parts.unix_ms, parts.sequence) == (T + 1, 0)
 
 
@@ -91,7 +91,7 @@ def test_clock_step_back_waits_instead_of_repeating(redis_db: RedisNamespace) ->
         clock.set(T - 500)
         after = ids.next_ids(10)
     assert min(after) > max(before)
-    assert SEED004.parse(after[0]).unix_ms == T + 1
+    assert FIELDS.parse(after[0]).unix_ms == T + 1
 
 
 def test_clock_far_behind_raises(redis_db: RedisNamespace) -> None:
@@ -110,17 +110,17 @@ def test_expired_key_of_the_last_tick_is_never_restarted(redis_db: RedisNamespac
     clock = ManualClock(T)
     with issuer(redis_db, clock=clock, sleep=clock.sleep) as ids:
         first = ids.next_id()
-        tick = SEED004.parse(first).ticks
+        tick = FIELDS.parse(first).ticks
         redis_db.client.delete(redis_db.key("seq") + f":0:0:{tick}")  # as if it expired
         second = ids.next_id()
-    assert SEED004.parse(second).unix_ms == T + 1 and second > first
+    assert FIELDS.parse(second).unix_ms == T + 1 and second > first
 
 
 def test_tick_keys_expire(redis_db: RedisNamespace) -> None:
     """A tick's key gets a PEXPIRE (key_ttl_ms); the last-tick key does not."""
     clock = ManualClock(T)
     with issuer(redis_db, clock=clock, key_ttl_ms=5000) as ids:
-        tick = SEED004.parse(ids.next_id()).ticks
+        tick = FIELDS.parse(ids.next_id()).ticks
     assert 0 < redis_db.client.pttl(redis_db.key("seq") + f":0:0:{tick}") <= 5000
     assert redis_db.client.get(redis_db.key("seq") + ":0:0:last") == str(tick).encode()
 
@@ -131,7 +131,7 @@ def test_random_sequence_start(redis_db: RedisNamespace) -> None:
     with issuer(redis_db, clock=clock, sequence_start="random") as ids:
         starts = []
         for _ in range(20):
-            starts.append(SEED004.parse(ids.next_id()).sequence)
+            starts.append(FIELDS.parse(ids.next_id()).sequence)
             clock.advance(1)
     assert all(0 <= s < 2048 for s in starts) and len(set(starts)) > 1
 
@@ -158,7 +158,7 @@ def test_invalid_settings_are_refused(
 ) -> None:
     """Out-of-range fields and unknown options fail at construction."""
     with pytest.raises(error, match=match):
-        RedisIssuer("redis://127.0.0.1:1/0", SEED004, **kwargs)  # type: ignore[arg-type]
+        RedisIssuer("redis://127.0.0.1:1/0", FIELDS, **kwargs)  # type: ignore[arg-type]
 
 
 def test_negative_count_is_refused(redis_db: RedisNamespace) -> None:
@@ -194,10 +194,10 @@ def test_password_and_tls(tmp_path: Path) -> None:
     tls = make_tls_files(tmp_path)
     with RedisServer(tmp_path, password="s3cret", tls=tls) as server:
         assert server.url.startswith("rediss://:s3cret@")
-        with RedisIssuer(server.url, SEED004) as ids:
+        with RedisIssuer(server.url, FIELDS) as ids:
             assert len(set(ids.next_ids(5000))) == 5000
         wrong = server.url.replace("s3cret", "nope")
-        with RedisIssuer(wrong, SEED004) as ids:
+        with RedisIssuer(wrong, FIELDS) as ids:
             with pytest.raises(IssuerUnavailable, match="refused the credentials") as caught:
                 ids.next_id()
         assert "nope" not in str(caught.value)
@@ -206,6 +206,6 @@ def test_password_and_tls(tmp_path: Path) -> None:
 def test_no_password_against_a_protected_redis(tmp_path: Path) -> None:
     """Omitting the password of a protected Redis says how to give one."""
     with RedisServer(tmp_path, password="s3cret") as server:
-        with RedisIssuer(server.url.replace(":s3cret@", ""), SEED004) as ids:
+        with RedisIssuer(server.url.replace(":s3cret@", ""), FIELDS) as ids:
             with pytest.raises(IssuerUnavailable, match=r"redis://:PASSWORD@host"):
                 ids.next_id()

@@ -1,4 +1,4 @@
-"""Seed 002 reproduced: plain mod piles low-rate snowflakes into one shard; the cures work."""
+"""Plain mod piles low-rate snowflake IDs into shard 0 (low bits mostly zero); cures work."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ LAYOUT = Layout()
 
 
 def stream(sequence_start: str) -> list[int]:
-    """100 workers each issuing one ID per millisecond for 2048 ms (seed 002's scenario)."""
+    """100 workers each issuing one ID per millisecond for 2048 ms (a low-rate service)."""
     clock = ManualClock(1_700_000_000_000)
     generators = [
         Snowflake(LAYOUT, worker=w, clock=clock, sequence_start=sequence_start)  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ from snowshard.strategies import (
     Hash,
     Mix,
     Mod,
-    Shift,
     ShardStrategy,
+    Shift,
     StrategyError,
     colocates_genes,
 )
@@ -88,3 +88,56 @@ def test_strategies_compare_by_value() -> None:
     """Two strategies with the same parameters are equal and hash alike."""
     assert Shift(4, 12) == Shift(4, 12) != Shift(4, 22)
     assert {Gene(16), Gene(16), Mod(16)} == {Gene(16), Mod(16)}
+
+
+Builtin = Mod | Mix | Hash | Gene | Shift
+ALL_KINDS: list[Builtin] = [Mod(8), Mix(8), Hash(8), Gene(8), Shift(8, 12)]
+
+
+@pytest.mark.parametrize("strategy", ALL_KINDS, ids=repr)
+def test_equal_parameters_make_equal_strategies(strategy: Builtin) -> None:
+    """Two strategies built with the same class and parameters are equal and hash alike."""
+    twin = type(strategy)(*strategy.params())
+    assert twin == strategy and twin is not strategy
+    assert hash(twin) == hash(strategy)
+    assert {strategy: "bound"}[twin] == "bound"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (Mod(8), Mod(16)),
+        (Mix(8), Mix(9)),
+        (Hash(8), Hash(7)),
+        (Gene(8), Gene(16)),
+        (Shift(8, 12), Shift(8, 13)),
+        (Shift(8, 12), Shift(16, 12)),
+    ],
+    ids=repr,
+)
+def test_any_differing_parameter_makes_strategies_unequal(one: object, other: object) -> None:
+    """A strategy differing in any parameter (count, bits) is not equal."""
+    assert one != other
+
+
+def test_different_classes_with_the_same_count_are_unequal() -> None:
+    """Mod(8), Mix(8), Hash(8), Gene(8) and Shift(8, 0) are five different strategies."""
+    kinds = [Mod(8), Mix(8), Hash(8), Gene(8), Shift(8, 0)]
+    assert len(set(kinds)) == 5
+    assert all(a != b for i, a in enumerate(kinds) for b in kinds[i + 1 :])
+
+
+@pytest.mark.parametrize("strategy", ALL_KINDS, ids=repr)
+def test_strategies_are_immutable(strategy: ShardStrategy) -> None:
+    """Setting a hashable strategy's count raises instead of changing its hash under a dict."""
+    with pytest.raises(AttributeError, match="immutable"):
+        strategy.count = 4  # type: ignore[misc]
+    assert strategy.count == 8
+
+
+@pytest.mark.parametrize("strategy", ALL_KINDS, ids=repr)
+def test_strategies_survive_pickling_as_equal_values(strategy: ShardStrategy) -> None:
+    """A pickled and loaded strategy (as multiprocessing sends it) equals the original."""
+    import pickle
+
+    assert pickle.loads(pickle.dumps(strategy)) == strategy

@@ -302,6 +302,43 @@ def test_one_lease_serves_one_generator(store: Store) -> None:
         Snowflake(TWO, worker=lease)
 
 
+def test_generator_that_failed_to_start_leaves_the_lease_usable(store: Store) -> None:
+    """A generator whose first claim failed is detached: a later one on the lease starts."""
+    holders = [store.new(TWO) for _ in range(2)]
+    generators = [Snowflake(TWO, worker=lease) for lease in holders]
+    lease = store.new(TWO, ttl=0.3)
+    with pytest.raises(WorkerIdsExhausted):
+        Snowflake(TWO, worker=lease)
+    holders[0].close()
+    time.sleep(lease.renew_every + 0.05)  # past the lease's retry pause after a failure
+    assert Snowflake(TWO, worker=lease).worker == 0
+    assert generators[1].worker == 1
+
+
+def test_lease_binds_the_generator_that_attaches(store: Store) -> None:
+    """attach() alone names the generator: claims through any callback bind nobody."""
+    lease = store.new(TWO)
+    bystander = Snowflake(TWO, worker=1)  # what a callback might close over
+    assert lease.claim(lambda: bystander.last_unix_ms).worker == 0
+    generator = Snowflake(TWO, worker=lease)
+    assert generator.worker == 0
+    with pytest.raises(WorkerIdError, match="already serves Snowflake"):
+        lease.attach(Snowflake(TWO, worker=1))
+    lease.attach(generator)  # the attached generator again: accepted
+
+
+def test_detach_frees_the_lease_for_another_generator(store: Store) -> None:
+    """After detach(first), a second generator may attach; detaching a stranger does nothing."""
+    lease = store.new(TWO)
+    first = Snowflake(TWO, worker=lease)
+    stranger = Snowflake(TWO, worker=1)
+    lease.detach(stranger)
+    with pytest.raises(WorkerIdError, match="already serves"):
+        lease.attach(stranger)
+    lease.detach(first)
+    lease.attach(stranger)
+
+
 def test_forked_child_takes_its_own_lease(store: Store) -> None:
     """A child forked from a holder leases another worker ID; the parent keeps its own."""
     lease = store.new(TWO)

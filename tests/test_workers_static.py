@@ -63,8 +63,13 @@ def test_worker_from_env_custom_variable() -> None:
     [
         pytest.param({}, r"SNOWSHARD_WORKER_ID is not set; set it to a worker ID in 0\.\.15",
                      id="missing"),
-        pytest.param({"SNOWSHARD_WORKER_ID": "x1"}, r"'x1' is not a worker ID", id="not-int"),
-        pytest.param({"SNOWSHARD_WORKER_ID": "-2"}, r"'-2' is not a worker ID", id="negative"),
+        pytest.param({"SNOWSHARD_WORKER_ID": "x1"},
+                     r"'x1' is not a decimal worker ID in 0\.\.15 \(\$SNOWSHARD_WORKER_ID\)",
+                     id="not-int"),
+        pytest.param({"SNOWSHARD_WORKER_ID": "-2"}, r"'-2' is not a decimal worker ID",
+                     id="negative"),
+        pytest.param({"SNOWSHARD_WORKER_ID": "\u0661\u0662"}, r"is not a decimal worker ID",
+                     id="arabic-indic-digits"),
         pytest.param({"SNOWSHARD_WORKER_ID": "16"},
                      r"worker 16 \(from \$SNOWSHARD_WORKER_ID\) must be in 0\.\.15", id="big"),
     ],
@@ -101,6 +106,7 @@ def test_worker_from_hostname_ordinal(hostname: str, offset: int, expected: int)
     [
         ("web", 0, r"hostname 'web' does not end in '-<ordinal>'"),
         ("web-3a", 0, r"does not end in '-<ordinal>'"),
+        ("web-\u0663", 0, r"does not end in '-<ordinal>'"),
         ("web-16", 0, r"worker 16 \(ordinal 16 of 'web-16' \+ offset 0\) must be in 0\.\.15"),
         ("web-6", 10, r"worker 16 \(ordinal 6 of 'web-6' \+ offset 10\) must be in 0\.\.15"),
         ("web-1", -1, r"offset must be an int >= 0, got -1"),
@@ -153,7 +159,7 @@ def test_host_worker_fits_layout() -> None:
 
 
 def test_join_cluster_counts_up(redis_db: RedisNamespace) -> None:
-    """Seed 001's JoinCluster: successive joins get 0, 1, 2 from one Redis INCR key."""
+    """join_cluster: successive joins get 0, 1, 2 from one Redis INCR key."""
     key = redis_db.key("joins")
     got = [join_cluster(redis_db.url, SMALL, key=key) for _ in range(3)]
     assert got == [0, 1, 2]

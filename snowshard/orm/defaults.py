@@ -1,4 +1,4 @@
-"""Primary keys assigned client-side by a :class:`~snowshard.Snowflake`.
+"""Primary keys assigned client-side by an ID issuer (a :class:`~snowshard.Snowflake`, ...).
 
 ::
 
@@ -19,6 +19,10 @@ Python, once per row, while it prepares the INSERT (also for ``executemany`` and
 and puts the value into the statement's parameters. So the ID needs no RETURNING or
 ``lastrowid``, is known to the ORM after flush, and the rows of a bulk insert each get their
 own ID and their own gene.
+
+Any :class:`~snowshard.issuer.IdIssuer` can issue the IDs: a :class:`~snowshard.Snowflake`,
+a :class:`~snowshard.redis_issuer.RedisIssuer`, or an object of your own with a ``layout``
+and ``next_id(gene=None)``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from sqlalchemy.orm import MappedColumn, mapped_column
 from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
 
 from snowshard.errors import LayoutError, SnowshardError
-from snowshard.generator import Snowflake
+from snowshard.issuer import IdIssuer, check_issuer
 from snowshard.orm.errors import GeneParentError, MissingGeneParent
 from snowshard.orm.types import SnowflakeType, to_id
 
@@ -48,7 +52,8 @@ def _is_integer(type_: TypeEngine[Any]) -> bool:
 class SnowflakeDefault:
     """A column default issuing ``generator.next_id()``, with the gene of ``gene_from``.
 
-    Use :func:`snowflake_default` or :func:`snowflake_pk` to make one. ``gene_from`` is the
+    ``generator`` is any :class:`~snowshard.issuer.IdIssuer`; anything else raises
+    :class:`~snowshard.issuer.IssuerTypeError` (a ``TypeError``) at once. Use :func:`snowflake_default` or :func:`snowflake_pk` to make one. ``gene_from`` is the
     key of a column of the same table (for declarative models, the attribute name). A
     decimal ``str`` in an integer gene column counts as its number, as it is stored.
     The value is a ``str`` when the ID column is ``SnowflakeType(as_string=True)``, so the
@@ -57,12 +62,8 @@ class SnowflakeDefault:
 
     __slots__ = ("_columns", "gene_from", "generator")
 
-    def __init__(self, generator: Snowflake, *, gene_from: str | None = None) -> None:
-        if not isinstance(generator, Snowflake):
-            raise TypeError(
-                f"generator must be a snowshard.Snowflake, got {type(generator).__name__} "
-                f"{generator!r}"
-            )
+    def __init__(self, generator: IdIssuer, *, gene_from: str | None = None) -> None:
+        generator = check_issuer(generator, "generator")
         if gene_from is not None:
             if not isinstance(gene_from, str) or not gene_from:
                 raise TypeError(f"gene_from must be a column key (str), got {gene_from!r}")
@@ -127,8 +128,8 @@ class SnowflakeDefault:
         return f"snowflake_default({self.generator!r}{gene})"
 
 
-def snowflake_default(generator: Snowflake, *, gene_from: str | None = None) -> SnowflakeDefault:
-    """A client-side column default issuing IDs from ``generator``.
+def snowflake_default(generator: IdIssuer, *, gene_from: str | None = None) -> SnowflakeDefault:
+    """A client-side column default issuing IDs from ``generator`` (any ID issuer).
 
     For ``mapped_column(SnowflakeType(), primary_key=True, default=...)`` or
     ``Column(..., default=...)``. With ``gene_from``, each ID carries the gene of that
@@ -141,7 +142,7 @@ def snowflake_default(generator: Snowflake, *, gene_from: str | None = None) -> 
 
 
 def snowflake_pk(
-    generator: Snowflake,
+    generator: IdIssuer,
     *,
     gene_from: str | None = None,
     as_string: bool = False,

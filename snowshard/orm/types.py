@@ -25,14 +25,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import operators
 from sqlalchemy.types import BigInteger, Integer, TypeDecorator, TypeEngine
 
+from snowshard.layout import parse_decimal
 from snowshard.orm.errors import IdValueError, IdValueTypeError
 
 __all__ = ["MAX_ID", "SnowflakeType", "to_id"]
 
 MAX_ID = 2**63 - 1
 """The largest value a signed ``BIGINT`` (and so a snowflake column) holds."""
-
-_MAX_DIGITS = len(str(MAX_ID))
 
 
 def to_id(value: object) -> int:
@@ -45,14 +44,7 @@ def to_id(value: object) -> int:
     if type(value) is int:  # the hot path: a plain int from a generator
         number = value
     elif isinstance(value, str):
-        text = value.strip()
-        if not (text.isascii() and text.isdigit()):
-            raise IdValueError(
-                f"snowflake ID {value!r} is not a decimal number: expected digits 0-9 only"
-            )
-        if len(text.lstrip("0")) > _MAX_DIGITS:
-            raise IdValueError(f"snowflake ID {value!r} exceeds 2**63-1 ({MAX_ID})")
-        number = int(text)
+        number = parse_decimal(value, what="ID", error=IdValueError)
     elif isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise IdValueTypeError(
             f"a snowflake ID must be an int or a decimal str, got {type(value).__name__} "

@@ -3,17 +3,20 @@
 ==========================  ===========================================================
 provider                    use when
 ==========================  ===========================================================
-:class:`HostWorker`         the default: low bits of the IPv4 address and the pid
-                            (seed 001). Mostly unique, not guaranteed.
+:class:`HostWorker`         the default: low bits of the IPv4 address and the pid.
+                            Mostly unique, not guaranteed.
 :func:`fixed_worker`        you assign IDs yourself (config files, deploy scripts).
 :func:`worker_from_env`     the ID comes in ``$SNOWSHARD_WORKER_ID``.
 :func:`worker_from_hostname`  Kubernetes StatefulSets: ``web-3`` → 3.
-:func:`join_cluster`        seed 001's ``JoinCluster``: a Redis ``INCR``; never reused,
-                            wraps after ``max_worker + 1`` joins.
+:func:`join_cluster`        a Redis ``INCR`` per process start; never reused, wraps
+                            after ``max_worker + 1`` joins.
 :class:`RedisLease`         many processes that come and go: a free ID leased with a TTL,
                             renewed in the background, reused after it expires.
 :class:`DatabaseLease`      the same on a table in PostgreSQL, MariaDB or SQLite.
 ==========================  ===========================================================
+
+A lease is anything that satisfies :class:`~snowshard.workers.base.WorkerLease`
+(``attach``, ``claim``, ``detach``); :class:`Lease` is the base of the two shipped here.
 
 The leases need ``redis`` (``snowshard[redis]``) or SQLAlchemy; they are imported on first
 use, so ``import snowshard`` stays light::
@@ -32,6 +35,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from snowshard.workers.base import WorkerClaim, WorkerLease
 from snowshard.workers.errors import (
     LeaseBackendError,
     LeaseLost,
@@ -65,8 +69,10 @@ __all__ = [
     "LeaseBackendError",
     "LeaseLost",
     "RedisLease",
+    "WorkerClaim",
     "WorkerConfigError",
     "WorkerIdsExhausted",
+    "WorkerLease",
     "create_table",
     "fixed_worker",
     "host_ipv4",

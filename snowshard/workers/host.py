@@ -1,4 +1,4 @@
-"""The default worker ID: low bits of the host's IPv4 address and of the process ID (seed 001).
+"""The default worker ID: low bits of the host's IPv4 address and of the process ID.
 
 With a 10-bit worker field the ID is ``(ip & 31) << 5 | (pid & 31)``: different hosts on
 one /27 and different processes on one host mostly differ. Mostly is not always: when IDs

@@ -3,7 +3,7 @@
 A :class:`Lease` holds one worker ID in a store (Redis: :class:`~snowshard.workers.RedisLease`,
 a SQL table: :class:`~snowshard.workers.DatabaseLease`) for ``ttl`` seconds at a time and
 renews it from a background thread every ``renew_every`` seconds. It implements the
-generator's :class:`~snowshard.WorkerLease` protocol::
+generator's :class:`~snowshard.workers.base.WorkerLease` protocol::
 
     lease = RedisLease("redis://cache:6379/0", layout=layout, ttl=10)
     ids = Snowflake(layout, worker=lease)      # claims a free worker ID now
@@ -21,14 +21,16 @@ The rules that keep IDs unique:
   it wakes and must renew or re-acquire before the next ID.
 * **High-water mark.** Each renewal stores the generator's last issued time (Unix ms), and
   a release stores its final value. The next holder of that worker ID issues only after it
-  (the claim's ``floor_unix_ms``), so a restart after a wall-clock rollback cannot repeat
-  IDs (Meituan Leaf's #216). When the previous holder did not release the lease (it
-  crashed, hung or lost its store), it may have issued IDs until its deadline: the floor is
-  then the later of its high water + its TTL and its lease's expiry (store clock).
+  (the claim's ``floor_unix_ms``), so a process restarted on a host whose wall clock was
+  set back cannot reissue IDs its predecessor already issued. When the previous holder did
+  not release the lease (it crashed, hung or lost its store), it may have issued IDs until
+  its deadline: the floor is then the later of its high water + its TTL and its lease's
+  expiry (store clock).
 * **Fork.** A child process forked from a holder drops the parent's lease without releasing
   it and takes its own (a new worker ID) at its next ID.
-* **One generator per lease.** A second generator that claims the same lease gets
-  :class:`~snowshard.WorkerIdError`: two generators on one worker ID duplicate IDs.
+* **One generator per lease.** A generator attaches itself to its lease when it is built
+  (:meth:`Lease.attach`); a second generator built on the same lease while the first lives
+  gets :class:`~snowshard.WorkerIdError`: two generators on one worker ID duplicate IDs.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar
 
 from snowshard.errors import WorkerIdError
-from snowshard.generator import WorkerClaim
 from snowshard.layout import Layout
 from snowshard.redaction import redact_url, scrub
+from snowshard.workers.base import WorkerClaim
 from snowshard.workers.errors import LeaseBackendError, LeaseLost, WorkerConfigError
 
 __all__ = ["Grant", "Lease", "NotYet", "new_holder_token"]
@@ -78,21 +80,6 @@ class NotYet(Exception):
     def __init__(self, message: str, retry_in_ms: int) -> None:
         super().__init__(message)
         self.retry_in_ms = retry_in_ms
-
-
-def _owner_of(high_water: Callable[[], int]) -> object | None:
-    """The generator behind a ``high_water`` callable, if it can be told (else None)."""
-    owner: object = getattr(high_water, "__self__", None)
-    if owner is not None:
-        return owner
-    cells: tuple[Any, ...] = getattr(high_water, "__closure__", None) or ()
-    if len(cells) == 1:
-        try:
-            content: object = cells[0].cell_contents
-        except ValueError:  # an empty cell
-            return None
-        return content
-    return None
 
 
 class Lease:
@@ -158,7 +145,7 @@ class Lease:
         self._deadline_ns = 0  # monotonic; the claim is valid before it
         self._floor_ms = 0
         self._high_water: Callable[[], int] | None = None
-        self._owner: weakref.ref[Any] | None = None
+        self._generator: weakref.ref[object] | None = None  # the attached generator
         self._failure: WorkerIdError | None = None
         self._failed_at_ns = 0
         self._closed = False
@@ -206,6 +193,38 @@ class Lease:
     def closed(self) -> bool:
         return self._closed
 
+    def attach(self, generator: object) -> None:
+        """Bind the lease to ``generator``, the one that issues IDs under it.
+
+        Called by :class:`~snowshard.Snowflake` when it is built with ``worker=lease``.
+        Raises :class:`~snowshard.WorkerIdError` while another generator is attached and
+        alive: two generators on one worker ID issue the same IDs.
+        """
+        if os.getpid() != self._pid:
+            self._after_fork()
+        with self._lock:
+            current = self._generator() if self._generator is not None else None
+            if current is not None and current is not generator:
+                raise WorkerIdError(
+                    f"this lease already serves {current!r}; two generators on one worker ID "
+                    "issue the same IDs. Give each Snowflake its own lease"
+                )
+            try:
+                self._generator = weakref.ref(generator)
+            except TypeError:  # not weak-referenceable: cannot tell generators apart
+                self._generator = None
+
+    def detach(self, generator: object) -> None:
+        """Unbind ``generator`` (one whose construction failed) so another may attach.
+
+        Also drops its high-water callback. Does nothing if ``generator`` is not attached.
+        """
+        with self._lock:
+            current = self._generator() if self._generator is not None else None
+            if current is generator:
+                self._generator = None
+                self._high_water = None
+
     def claim(self, high_water: Callable[[], int]) -> WorkerClaim:
         """The current claim, acquiring or renewing first when none is valid.
 
@@ -216,7 +235,7 @@ class Lease:
         if os.getpid() != self._pid:
             self._after_fork()
         with self._lock:
-            self._check_usable(high_water)
+            self._check_open()
             _live.add(self)  # from now on: reset after fork(), closed at exit
             self._high_water = high_water
             valid = self._valid_claim()
@@ -276,26 +295,12 @@ class Lease:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_usable(self, high_water: Callable[[], int]) -> None:
-        """Refuse a closed lease and a second generator; lock held."""
+    def _check_open(self) -> None:
+        """Refuse a closed lease; lock held."""
         if self._closed:
             raise LeaseLost(
                 f"this lease ({self._describe()}) is closed; create a new lease for a new "
                 "generator"
-            )
-        owner = _owner_of(high_water)
-        if owner is None:
-            return
-        current = self._owner() if self._owner is not None else None
-        if current is None:
-            try:
-                self._owner = weakref.ref(owner)
-            except TypeError:  # not weak-referenceable: cannot tell generators apart
-                self._owner = None
-        elif current is not owner:
-            raise WorkerIdError(
-                f"this lease already serves {current!r}; two generators on one worker ID "
-                "issue the same IDs. Give each Snowflake its own lease"
             )
 
     def _valid_claim(self) -> WorkerClaim | None:

@@ -1,4 +1,4 @@
-"""Worker IDs leased from Redis: :class:`RedisLease`, and seed 001's :func:`join_cluster`.
+"""Worker IDs from Redis: leased (:class:`RedisLease`) or counted (:func:`join_cluster`).
 
 Keys under ``key_prefix`` (default ``snowshard:workers``), for each worker ID ``w``:
 
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from snowshard.layout import Layout
 from snowshard.redaction import scrub
-from snowshard.workers._redis import connect
 from snowshard.workers.errors import WorkerConfigError, WorkerIdsExhausted
 from snowshard.workers.lease import Grant, Lease, NotYet
+from snowshard.workers.redis_connection import connect
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -230,7 +230,7 @@ def join_cluster(
     key: str = DEFAULT_COUNTER_KEY,
     timeout: float = 5.0,
 ) -> int:
-    """Seed 001's ``JoinCluster``: a worker ID from a Redis ``INCR``, never reused.
+    """A worker ID from a Redis ``INCR`` at each process start, never reused.
 
     Returns ``(INCR(key) - 1) mod (max_worker + 1)``: the first process gets 0, the next 1,
     and so on. Simple, with no renewal, but after ``max_worker + 1`` joins the count wraps

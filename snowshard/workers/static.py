@@ -13,20 +13,16 @@ the generator's fork guard: a child forked from the process refuses to issue IDs
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Mapping
 
-from snowshard.layout import Layout
+from snowshard.layout import Layout, is_decimal, parse_decimal
 from snowshard.workers.errors import WorkerConfigError
 
 __all__ = ["DEFAULT_ENV_VAR", "fixed_worker", "worker_from_env", "worker_from_hostname"]
 
 DEFAULT_ENV_VAR = "SNOWSHARD_WORKER_ID"
 """The environment variable :func:`worker_from_env` reads by default."""
-
-_ORDINAL = re.compile(r"-(\d+)$")
-
 
 def _check(value: int, layout: Layout, source: str) -> int:
     if not 0 <= value <= layout.max_worker:
@@ -67,13 +63,10 @@ def worker_from_env(
             f"environment variable {var} is not set; set it to a worker ID in "
             f"0..{layout.max_worker}, unique among the processes sharing this layout"
         )
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()):
-        raise WorkerConfigError(
-            f"environment variable {var}={raw!r} is not a worker ID: expected a decimal "
-            f"integer in 0..{layout.max_worker}"
-        )
-    return _check(int(text), layout, f"from ${var}")
+    worker = parse_decimal(
+        raw, what=f"worker ID in 0..{layout.max_worker} (${var})", error=WorkerConfigError
+    )
+    return _check(worker, layout, f"from ${var}")
 
 
 def worker_from_hostname(
@@ -94,11 +87,11 @@ def worker_from_hostname(
         raise WorkerConfigError(f"offset must be an int >= 0, got {offset!r}")
     name = hostname if hostname is not None else socket.gethostname()
     label = name.split(".", 1)[0]
-    match = _ORDINAL.search(label)
-    if match is None:
+    _, dash, tail = label.rpartition("-")
+    if not dash or not is_decimal(tail):
         raise WorkerConfigError(
             f"hostname {name!r} does not end in '-<ordinal>' as a StatefulSet pod's does "
             "(e.g. 'web-3'); run in a StatefulSet or choose another worker ID provider"
         )
-    ordinal = int(match.group(1))
+    ordinal = parse_decimal(tail, what=f"pod ordinal of {name!r}", error=WorkerConfigError)
     return _check(ordinal + offset, layout, f"ordinal {ordinal} of {label!r} + offset {offset}")

@@ -1,4 +1,9 @@
-"""Shared Redis plumbing for the Redis lease and the Redis issuer (needs ``redis``)."""
+"""Redis clients for the Redis lease and the Redis issuer, with secrets kept out of messages.
+
+:func:`connect` turns a URL or a client into a :class:`Connected`: the client, whether the
+caller owns it, a description for messages and the passwords to scrub from driver errors.
+Needs ``redis`` (``snowshard[redis]``); :func:`import_redis` says so when it is missing.
+"""
 
 from __future__ import annotations
 
