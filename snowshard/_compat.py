@@ -26,8 +26,10 @@ __all__ = [
     "deannotated",
     "distinct_of",
     "fetch_clause_of",
+    "forget_clone_origin",
     "group_by_of",
     "has_having",
+    "having_of",
     "has_multi_values",
     "has_options",
     "is_type_bound",
@@ -39,6 +41,7 @@ __all__ = [
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
+    "without_having",
 ]
 
 
@@ -77,6 +80,24 @@ def group_by_of(statement: Any) -> Sequence[Any]:
 def has_having(statement: Any) -> bool:
     """Whether a SELECT has a HAVING clause (``_having_criteria``, all versions)."""
     return bool(statement._having_criteria)
+
+
+def having_of(statement: Any) -> Any:
+    """A SELECT's HAVING criteria as one clause, or None (``_having_criteria``, all versions)."""
+    from sqlalchemy import and_
+
+    criteria = tuple(statement._having_criteria)
+    if not criteria:
+        return None
+    return criteria[0] if len(criteria) == 1 else and_(*criteria)
+
+
+def without_having(statement: Any) -> Any:
+    """A copy of a SELECT without its HAVING clause (``_generate``/``_having_criteria``, all
+    versions; ``Select.having()`` only adds criteria)."""
+    copy = statement._generate()
+    copy._having_criteria = ()
+    return copy
 
 
 def fetch_clause_of(statement: Any) -> Any:
@@ -140,6 +161,17 @@ def bundle_of(element: Any) -> Any:
     """
     annotations = getattr(element, "_annotations", None)
     return annotations.get("bundle") if annotations else None
+
+
+def forget_clone_origin(statement: Any) -> Any:
+    """``statement`` (a fresh copy) no longer pointing at the element it was cloned from.
+
+    Every clone keeps its original in ``_is_clone_of`` (all versions), so a memo holding a
+    rewritten statement would keep the original, and every table it names, alive. Only the
+    copy's own reference is dropped; it is returned for chaining.
+    """
+    statement.__dict__.pop("_is_clone_of", None)
+    return statement
 
 
 def copy_schema_item(item: Any, **kw: Any) -> Any:

@@ -203,6 +203,8 @@ def _ms_sql(element: IdTime, compiler: SQLCompiler, **kw: Any) -> str:
 
 @compiles(IdTime)
 def _id_time_default(element: IdTime, compiler: SQLCompiler, **kw: Any) -> str:
+    if compiler.dialect.name == "default":  # str(expression): a readable rendering
+        return f"id_time{_ms_sql(element, compiler, **kw)}"
     raise CompileError(
         f"id_time() supports SQLite, PostgreSQL and MySQL/MariaDB, not {compiler.dialect.name}; "
         "use id_unix_ms() there"

@@ -7,8 +7,10 @@ class, in the database of its table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Optional
 
 from sqlalchemy import Insert
 from sqlalchemy.engine import Result
@@ -20,10 +22,37 @@ from snowshard.sharding.errors import MissingShardKey, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.rewrite import Target, retarget
 
-__all__ = ["BIND_KEY", "assigned", "merge_results", "run_bulk"]
+__all__ = ["BIND_KEY", "assigned", "bulk_database", "merge_results", "run_bulk"]
 
 BIND_KEY = "snowshard_database"
-"""``bind_arguments`` key naming the database a rewritten statement runs on."""
+"""``bind_arguments`` key (and execution option) naming the database a rewritten statement
+runs on."""
+
+_bulk_target: ContextVar[Optional[tuple[Any, str]]] = ContextVar(
+    "snowshard_bulk_target", default=None
+)
+"""(session, database) while :func:`run_bulk` runs one group of rows.
+
+SQLAlchemy's ORM bulk INSERT/UPDATE takes its connection with
+``session_transaction.connection(base_mapper)``, passing neither the statement's bind
+arguments nor its execution options; for a physical class the base mapper is the logical
+one, so this context-local value (never an attribute of the session) tells the session's
+``get_bind`` which database the group belongs to, for the duration of that one call."""
+
+
+def bulk_database(session: Any) -> Optional[str]:
+    """The database :func:`run_bulk` is writing a group of rows to in ``session``, if any."""
+    target = _bulk_target.get()
+    return target[1] if target is not None and target[0] is session else None
+
+
+@contextmanager
+def _writing_to(session: Any, database: str) -> Iterator[None]:
+    token = _bulk_target.set((session, database))
+    try:
+        yield
+    finally:
+        _bulk_target.reset(token)
 
 
 def assigned(statement: Any) -> dict[str, Any]:
@@ -83,19 +112,13 @@ def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
             source, params = statement.values(**params), None
         new = retarget(source, {model: Target(model, (shard,))})
         database = model.database_of(shard)
-        saved = getattr(session, "routing_database", None)
-        session.routing_database = database  # type: ignore[attr-defined]
-        try:
+        options = {**state.local_execution_options, BIND_KEY: database}
+        with _writing_to(session, database):
             results.append(
                 session.execute(
-                    new,
-                    params,
-                    execution_options=state.local_execution_options,
-                    bind_arguments={BIND_KEY: database},
+                    new, params, execution_options=options, bind_arguments={BIND_KEY: database}
                 )
             )
-        finally:
-            session.routing_database = saved  # type: ignore[attr-defined]
     return merge_results(results)
 
 

@@ -18,17 +18,16 @@ issued right there).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import Any, ClassVar
 
+from sqlalchemy import event
 from sqlalchemy.orm import RelationshipProperty, declared_attr
 
 from snowshard.sharding.errors import MissingShardKey
+from snowshard.sharding.mapping import map_shards
+from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardConfigError
-
-if TYPE_CHECKING:
-    from snowshard.sharding.model import ShardedModel
 
 __all__ = ["PENDING_ID", "ROUTED_KEYS", "Sharded", "Shards", "sharded_model"]
 
@@ -40,40 +39,6 @@ ROUTED_KEYS = "_snowshard_routed_keys"
 flush that finds them unchanged need not route the row again."""
 
 _PHYSICAL = "__snowshard_shard__"
-
-
-@dataclass(frozen=True)
-class Shards:
-    """How a model is sharded; assign one to ``__shards__`` in the class body.
-
-    :param count: number of physical tables.
-    :param key: the shard key column(s), by attribute name. Several keys must name the
-        same shard for every row, e.g. ``("id", "user_id")`` when ``id`` carries the gene
-        of ``user_id`` and the strategy co-locates genes (``Gene`` or power-of-two ``Mod``).
-    :param strategy: any object with ``count`` and ``shard_of(value)`` (see
-        :mod:`snowshard.strategies`); default ``Gene(count)`` for a power of two, else
-        ``Mod(count)``.
-    :param pattern: physical table names, a :meth:`str.format` template with ``name``
-        (the logical ``__tablename__``) and ``index``.
-    :param databases: database key -> table indices it holds; default: all in one
-        database (``"default"``, served by the session's ``bind``).
-    :param fan_out: if False, a statement without a shard key raises
-        :class:`~snowshard.sharding.errors.FanOutForbidden` instead of reading every shard.
-    """
-
-    count: int
-    key: Union[str, Sequence[str]]
-    strategy: Any = None
-    pattern: str = "{name}_{index:02d}"
-    databases: Mapping[str, Iterable[int]] = field(default_factory=dict)
-    fan_out: bool = True
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The shard key attribute names, as a tuple."""
-        if isinstance(self.key, str):
-            return (self.key,)
-        return tuple(self.key)
 
 
 class Sharded:
@@ -99,10 +64,10 @@ class Sharded:
             )
         per_class = _per_class_attributes(cls)
         super().__init_subclass__(**kw)
-        from snowshard.sharding.mapping import map_shards
-
         model = map_shards(cls, declaration, _PHYSICAL, per_class)
         type.__setattr__(cls, "__snowshard__", model)
+        if model.issues_ids:
+            event.listen(cls, "init", _apply_pending_id, propagate=True)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         model: ShardedModel | None = cls.__dict__.get("__snowshard__")
@@ -119,6 +84,15 @@ class Sharded:
         if pending_id is not None:
             instance.__dict__[PENDING_ID] = pending_id
         return instance
+
+
+def _apply_pending_id(target: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    """``init`` event: hand the ID issued by ``__new__`` to the constructor."""
+    pending = target.__dict__.pop(PENDING_ID, None)
+    if pending is not None:
+        key = sharded_model(type(target)).id_key
+        if key is not None:
+            kwargs.setdefault(key, pending)
 
 
 def _per_class_attributes(cls: type) -> dict[str, Any]:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Integer, Select, literal
 from sqlalchemy.engine import Result
-from sqlalchemy.exc import CompileError
+from sqlalchemy.exc import CompileError, InvalidRequestError
 from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
-from sqlalchemy.sql.selectable import SelectBase
 
-from snowshard._compat import has_options, limit_offset_of
+from snowshard._compat import forget_clone_origin, has_options, limit_offset_of
+from snowshard.sharding.analysis import check_aliases, check_nested, unsharded_tables
 from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk
 from snowshard.sharding.errors import (
     FanOutForbidden,
@@ -35,11 +36,15 @@ from snowshard.sharding.errors import (
     UnsupportedShardQuery,
 )
 from snowshard.sharding.merge import MergePlan
-from snowshard.sharding.model import ShardedModel, model_classes
+from snowshard.sharding.model import ShardedModel, model_of_class
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
 
-__all__ = ["route_execute"]
+__all__ = ["DIRECT_MAPPER", "route_execute"]
+
+DIRECT_MAPPER = "snowshard_direct_mapper"
+"""Execution option set by ``ShardedSession.get`` on the load of one physical class: its
+mapper, whose SELECT needs no routing."""
 
 
 def _run(state: ORMExecuteState, statement: Any, database: str) -> Result[Any]:
@@ -59,23 +64,21 @@ def _narrowed(
     }
 
 
-_MEMO_SIZE = 500
-_memo: dict[int, tuple[Any, dict[Any, Any]]] = {}
-"""id(statement) -> (statement, its models and the rewrites that depend on nothing else).
+_memo: WeakKeyDictionary[Any, dict[Any, Any]] = WeakKeyDictionary()
+"""statement -> its models, analysis and the rewrites that depend on nothing else.
 
 Statements are immutable; an application that runs the same statement object again (a
 module-level query, a relationship loader's cached statement) reuses its rewrite, whose
-SQLAlchemy cache key is then memoized too, as it is for unsharded statements. Holding the
-statement keeps its id unique; the memo is emptied when it reaches ``_MEMO_SIZE``."""
+SQLAlchemy cache key is then memoized too, as it is for unsharded statements. The memo
+holds statements weakly: an entry goes when its statement is garbage collected, so a new
+statement can never find one left by another that had the same ``id()``."""
 
 
 def _memo_of(statement: Any) -> dict[Any, Any]:
-    entry = _memo.get(id(statement))
-    if entry is None or entry[0] is not statement:
-        if len(_memo) >= _MEMO_SIZE:
-            _memo.clear()
-        entry = _memo[id(statement)] = (statement, {})
-    return entry[1]
+    found = _memo.get(statement)
+    if found is None:
+        found = _memo[statement] = {}
+    return found
 
 
 def _rewrite(
@@ -95,7 +98,7 @@ def _rewrite(
         found = retarget(statement, targets)
         if len(shards) > 1:
             found = _inline_limits(found)
-        memo[shards] = found
+        memo[shards] = found = forget_clone_origin(found)
     return found
 
 
@@ -145,11 +148,38 @@ def _dialect(state: ORMExecuteState, model: ShardedModel) -> str:
     return state.session.get_bind(mapper=model.mappers[0]).dialect.name
 
 
+def _check_unsharded(
+    state: ORMExecuteState, statement: Any, models: Sequence[ShardedModel], databases: Any
+) -> None:
+    """Refuse unsharded tables in a statement read from a database that does not hold them."""
+    session: Any = state.session
+    if not getattr(session, "databases", None):
+        return  # one database holds everything
+    tables = unsharded_tables(statement)
+    if not tables:
+        return
+    names = ", ".join(t.name for t in tables)
+    try:
+        home = session.get_bind(clause=tables[0])
+    except InvalidRequestError:
+        home = None
+    for database in databases:
+        if home is None or session.engine_for(database) is not home:
+            raise UnsupportedShardQuery(
+                f"{names} is not sharded and lives in one database, but "
+                f"{', '.join(m.name for m in models)} is read from database {database!r} "
+                "here; joining or filtering a sharded model by an unsharded table is not "
+                "supported across databases: query them separately and combine the results"
+            )
+
+
 def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
     statement = state.statement
     lead = models[0]
     shards = _shards(models, route_, "query")
     if len(shards) == 1:
+        check_nested(statement, whole=False)
+        _check_unsharded(state, statement, models, {lead.database_of(shards[0])})
         new = _rewrite(statement, models, (shards[0],), route_, shards[0])
         return _run(state, new, lead.database_of(shards[0]))
     if not isinstance(statement, Select):
@@ -164,20 +194,40 @@ def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Rout
     if route_.shards is None and len(models) == 1 and not options:
         if len(databases) == 1:
             ((database, indices),) = databases.items()
+            _check_unsharded(state, statement, models, {database})
             return _run(state, _rewrite(statement, models, indices, route_, 0), database)
-        plan = MergePlan(statement, _dialect(state, lead))
+        plan = _plan(state, statement, models)
+        _check_unsharded(state, statement, models, set(databases))
         results = [
             _run(state, _rewrite(plan.source, models, indices, route_, 0), database)
             for database, indices in databases.items()
         ]
         return plan.merge(results)
-    plan = MergePlan(statement, _dialect(state, lead))
+    plan = _plan(state, statement, models)
+    _check_unsharded(state, statement, models, {lead.database_of(s) for s in shards})
     results = []
     for shard in shards:
         targets = _targets(models, (shard,))
         new = retarget(plan.source, targets, _narrowed(route_, targets, shard))
         results.append(_run(state, new, lead.database_of(shard)))
     return plan.merge(results)
+
+
+def _analysis(statement: Any) -> dict[str, Any]:
+    found: dict[str, Any] = _memo_of(statement).setdefault("analysis", {})
+    return found
+
+
+def _plan(state: ORMExecuteState, statement: Any, models: Sequence[ShardedModel]) -> MergePlan:
+    """The merge of a statement run on several sources (checked once per statement)."""
+    dialect = _dialect(state, models[0])
+    memo = _analysis(statement)
+    plan: Optional[MergePlan] = memo.get(f"merge:{dialect}")
+    if plan is None:
+        plan = MergePlan(statement, dialect, models)
+        check_nested(statement, whole=False)
+        memo[f"merge:{dialect}"] = plan
+    return plan
 
 
 def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int]) -> None:
@@ -203,6 +253,7 @@ def _dml(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) 
     model = models[0]
     what = "update" if state.is_update else "delete"
     shards = _shards(models, route_, what)
+    check_nested(state.statement, whole=False)
     if state.is_update:
         _check_assignments(state.statement, model, shards)
     results = []
@@ -217,7 +268,7 @@ def _check_joins(statement: Any) -> None:
         for part in join[:2]:
             prop = getattr(part, "property", None)
             if isinstance(prop, RelationshipProperty) and (
-                prop.parent.class_ in model_classes or prop.mapper.class_ in model_classes
+                model_of_class(prop.parent.class_) or model_of_class(prop.mapper.class_)
             ):
                 raise UnsupportedShardQuery(
                     f"join({part}) follows a relationship of a sharded model, whose ON clause "
@@ -226,34 +277,9 @@ def _check_joins(statement: Any) -> None:
                 )
 
 
-def _check_nested(statement: Any, models: Sequence[ShardedModel]) -> None:
-    """Across databases, refuse a sharded model inside a subquery, EXISTS or CTE.
-
-    Such a statement would run once per database with the subquery seeing only that
-    database's tables, and the merged result would be silently wrong.
-    """
-    if all(len(m.spec.databases) <= 1 for m in models):
-        return
-    stack = list(statement.get_children())
-    while stack:
-        element = stack.pop()
-        if isinstance(element, SelectBase):
-            nested = find_models(element)
-            if nested:
-                names = ", ".join(m.name for m in nested)
-                raise UnsupportedShardQuery(
-                    f"{names} is sharded over several databases and appears inside a "
-                    "subquery (IN, EXISTS, scalar subquery or CTE); each database would see "
-                    "only its own tables. Query the sharded model directly, or fetch the "
-                    "keys first and pass them as a list"
-                )
-            continue
-        stack.extend(element.get_children())
-
-
 def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
-    direct = getattr(state.session, "direct_mapper", None)
+    direct = state.execution_options.get(DIRECT_MAPPER)
     if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
         return None  # ShardedSession.get's own SELECT of one physical class
     if state.is_column_load:
@@ -262,7 +288,7 @@ def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     if not models:
         return None
     _check_joins(state.statement)
-    _check_nested(state.statement, models)
+    check_aliases(state.statement)
     lead = models[0]
     for other in models[1:]:
         if not lead.binds_with(other):

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from snowshard.sharding.declare import ROUTED_KEYS
 from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged
-from snowshard.sharding.model import ShardedModel, model_classes
+from snowshard.sharding.model import ShardedModel, model_of_class
 
 __all__ = ["check_flush"]
 
@@ -21,7 +21,7 @@ __all__ = ["check_flush"]
 def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
     """``before_flush`` hook: every new or changed sharded row still belongs where it is."""
     for obj in session.new:
-        entry = model_classes.get(type(obj))
+        entry = model_of_class(type(obj))
         if entry is None:
             continue
         model, shard = entry
@@ -37,7 +37,7 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
                 continue  # keys as the constructor routed them
         _check_row(obj, model, shard, "new")
     for obj in session.dirty:
-        entry = model_classes.get(type(obj))
+        entry = model_of_class(type(obj))
         if entry is not None and entry[1] is not None:
             _check_row(obj, entry[0], entry[1], "changed")
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, event, inspect
+from sqlalchemy import Table, inspect
 from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
 
 from snowshard._compat import keyed_subquery
-from snowshard.sharding.declare import PENDING_ID, Shards
-from snowshard.sharding.model import ShardedModel, logical_tables, model_classes
+from snowshard.sharding.model import MODEL_INFO, ShardedModel
+from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardConfigError, ShardInfo, ShardSpec
 from snowshard.strategies import Gene, Mod, ShardStrategy, colocates_genes
 
@@ -153,17 +153,10 @@ def map_shards(
     model.classes = tuple(classes)
     model.mappers = tuple(inspect(c) for c in classes)
     model.tables = tuple(m.local_table for m in model.mappers)  # type: ignore[misc]
-
-    def apply_pending_id(target: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        pending = target.__dict__.pop(PENDING_ID, None)
-        if pending is not None and model.id_key is not None:
-            kwargs.setdefault(model.id_key, pending)
-
-    if model.issues_ids:
-        event.listen(cls, "init", apply_pending_id, propagate=True)
-    logical_tables[table] = model
-    model_classes[cls] = (model, None)
-    model_classes.update((klass, (model, index)) for index, klass in enumerate(classes))
+    table.info[MODEL_INFO] = model
+    mapper.class_manager.info[MODEL_INFO] = (model, None)
+    for index, physical_mapper in enumerate(model.mappers):
+        physical_mapper.class_manager.info[MODEL_INFO] = (model, index)
     return model
 
 

@@ -5,16 +5,20 @@ The rules are ShardingSphere's:
 * rows: each source runs the statement with ``LIMIT offset+n`` and no OFFSET, sorted by
   its ORDER BY; the sorted sources are merged with a heap (:func:`heapq.merge`) on the
   ORDER BY values, then DISTINCT, OFFSET and LIMIT are applied;
-* aggregates: ``COUNT`` adds up, ``SUM`` adds up (NULL if every source is NULL),
-  ``MIN``/``MAX`` take the least/greatest, ``AVG`` is rewritten to ``SUM``/``COUNT`` per
-  source and divided at the end; with ``GROUP BY`` the groups are merged by key, sorted by
-  ORDER BY (which must name selected columns), then cut by OFFSET/LIMIT.
+* aggregates: each source returns the GROUP BY keys (selected or not) and the aggregates
+  (:class:`~snowshard.sharding.evaluate.Atoms`); ``COUNT`` and ``SUM`` add up (SUM is NULL
+  if every source is NULL), ``MIN``/``MAX`` take the least/greatest, ``AVG`` is rebuilt
+  from ``SUM``/``COUNT``. The groups are merged by key; then the selected expressions,
+  ``HAVING`` and ``ORDER BY`` (arithmetic, comparisons, ``CASE`` and ``COALESCE`` over
+  aggregates and keys) are computed in Python (:mod:`~snowshard.sharding.evaluate`),
+  followed by DISTINCT, OFFSET and LIMIT.
 
 ORDER BY values are compared in Python: NULLs sort as the database's dialect does (last
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
 ``nulls_last()`` says otherwise; strings compare by code point, not by the database's
-collation. ``HAVING`` and ``COUNT(DISTINCT ...)`` cannot be merged and raise
-:class:`~snowshard.sharding.errors.UnsupportedShardQuery`.
+collation. What cannot be merged exactly (``COUNT(DISTINCT ...)``, division and CAST over
+aggregates, window functions not partitioned by the shard key, unknown functions) raises
+:class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Optional
 
-from sqlalchemy import Select, func
+from sqlalchemy import Select
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
@@ -37,11 +41,15 @@ from snowshard._compat import (
     distinct_of,
     fetch_clause_of,
     group_by_of,
-    has_having,
+    having_of,
     limit_offset_of,
     order_by_of,
+    without_having,
 )
+from snowshard.sharding.analysis import check_row_expression, describe, walk
 from snowshard.sharding.errors import UnsupportedShardQuery
+from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
+from snowshard.sharding.model import ShardedModel
 
 __all__ = ["MergePlan"]
 
@@ -99,22 +107,6 @@ def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     return element, descending, nulls_first
 
 
-def _aggregate(column: Any) -> Optional[str]:
-    element = _unwrap(column)
-    if not isinstance(element, FunctionElement):
-        return None
-    name = str(getattr(element, "name", "")).lower()
-    if name not in _AGGREGATES:
-        return None
-    for argument in element.clauses:
-        if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op:
-            raise UnsupportedShardQuery(
-                f"{name}(DISTINCT ...) cannot be merged across shards; select the distinct "
-                "values and count them in Python, or route the query to one shard"
-            )
-    return name
-
-
 def _average(total: Any, count: Any, partial: Iterable[Any]) -> Any:
     if not count or total is None:
         return None
@@ -146,15 +138,15 @@ class MergePlan:
     """How to run ``statement`` on each source and merge the partial results.
 
     :attr:`source` is the statement each source runs (helper columns added, OFFSET removed,
-    LIMIT raised); :meth:`merge` turns the sources' results into the statement's result.
+    LIMIT raised; for grouped queries also HAVING, ORDER BY and LIMIT removed);
+    :meth:`merge` turns the sources' results into the statement's result. Everything it
+    cannot merge exactly raises :class:`UnsupportedShardQuery` here, before any SQL runs
+    (see :mod:`~snowshard.sharding.analysis`).
     """
 
-    def __init__(self, statement: Select[Any], dialect: str) -> None:
-        if has_having(statement):
-            raise UnsupportedShardQuery(
-                "HAVING cannot be applied to partial groups of several shards; filter the "
-                "merged groups in Python, or route the query to one shard"
-            )
+    def __init__(
+        self, statement: Select[Any], dialect: str, models: Sequence[ShardedModel] = ()
+    ) -> None:
         if fetch_clause_of(statement) is not None:
             raise UnsupportedShardQuery("FETCH FIRST across shards: use limit() instead")
         try:
@@ -168,64 +160,74 @@ class MergePlan:
         self.width = len(statement.column_descriptions)
         """Columns of a result row (an ORM entity is one)."""
         nulls_large = dialect in _NULLS_LARGE
+        columns = list(statement.selected_columns)
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
-        self.kinds = [_aggregate(c) for c in statement.selected_columns]
-        self.grouped = bool(group_by_of(statement)) or any(self.kinds)
-        self.avg: dict[int, tuple[int, int]] = {}
-        helpers: list[ColumnElement[Any]] = []
-        source = statement.offset(None)
+        having = having_of(statement)
+        aggregated = [check_row_expression(c, models) for c in columns]
+        ordered = [check_row_expression(e, models) for e, _, _ in order]
+        if having is not None:
+            check_row_expression(having, models)
+        self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
+        self.grouped = self.grouped or having is not None
+        self.atoms = Atoms()
+        self.outputs: list[Evaluator] = []
+        self.having: Optional[Evaluator] = None
+        self.order: list[tuple[Any, bool, bool]] = []
+        helpers: list[ColumnElement[Any]]
         if self.grouped:
-            self._plan_groups(statement, order, helpers)
-            source = source.limit(None)
+            self._plan_groups(statement, columns, order, having)
+            helpers = self.atoms.helpers
+            source = without_having(statement).order_by(None).limit(None).offset(None)
         else:
-            self.order = []
+            helpers = []
             for expr, descending, nulls_first in order:
                 if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
                 self.order.append((len(helpers), descending, nulls_first))
                 helpers.append(expr)
+            source = statement.offset(None)
             if self.limit is not None:
                 source = source.limit(self.offset + self.limit)
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
-        self.avg = {k: (s - self.helpers, c - self.helpers) for k, (s, c) in self.avg.items()}
         self.source = source.add_columns(*labels) if labels else source
 
     def _plan_groups(
-        self, statement: Select[Any], order: Sequence[Any], helpers: list[Any]
+        self, statement: Select[Any], columns: list[Any], order: Sequence[Any], having: Any
     ) -> None:
-        columns = list(statement.selected_columns)
-        groups = list(group_by_of(statement))
-        self.keys: list[int] = []
-        for index, (column, kind) in enumerate(zip(columns, self.kinds)):
-            if kind == "avg":
-                (argument,) = _unwrap(column).clauses
-                self.avg[index] = (len(helpers), len(helpers) + 1)
-                helpers.extend([func.sum(argument), func.count(argument)])
-            elif kind is None:
-                if not any(_unwrap(column).compare(_unwrap(g)) for g in groups):
+        if self.width != len(columns):
+            raise UnsupportedShardQuery(
+                "a grouped or aggregate query across shards must select columns and "
+                "aggregates, not whole entities; select the columns you need"
+            )
+        atoms = self.atoms
+        for group in group_by_of(statement):
+            if isinstance(group, TextualLabelReference):
+                group = statement.selected_columns[group.element]
+            check_row_expression(group, ())
+            atoms.add_key(group)
+        for column in columns:
+            try:
+                self.outputs.append(compile_expression(column, atoms))
+            except UnsupportedShardQuery:
+                if not any(isinstance(i, FunctionElement) for i in walk(column)) and not (
+                    atoms.keys
+                ):
                     raise UnsupportedShardQuery(
-                        f"column {column} is neither an aggregate (count, sum, min, max, avg) "
-                        "nor in GROUP BY, so it cannot be merged across shards"
-                    )
-                self.keys.append(index)
-        self.order = []
+                        f"column {describe(column)} is neither an aggregate (count, sum, min, "
+                        "max, avg) nor in GROUP BY, so it cannot be merged across shards"
+                    ) from None
+                raise
+        if having is not None:
+            self.having = compile_expression(having, atoms)
         for expr, descending, nulls_first in order:
-            self.order.append((self._selected(columns, expr), descending, nulls_first))
-
-    @staticmethod
-    def _selected(columns: Sequence[Any], expr: Any) -> int:
-        for index, column in enumerate(columns):
             if isinstance(expr, TextualLabelReference):
-                if column.key == expr.element:
-                    return index
-            elif _unwrap(column).compare(_unwrap(expr)) or column is expr:
-                return index
-        raise UnsupportedShardQuery(
-            f"ORDER BY {expr} of a grouped query across shards must name a selected column"
-        )
+                index = [c.key for c in columns].index(expr.element)
+                self.order.append((_output(index), descending, nulls_first))
+            else:
+                self.order.append((compile_expression(expr, atoms), descending, nulls_first))
 
     def _sort_key(self, row: Sequence[Any]) -> tuple[Any, ...]:
         parts: list[Any] = []
@@ -237,27 +239,50 @@ class MergePlan:
                 parts.append((1, _Reversed(value) if descending else value))
         return tuple(parts)
 
-    def _merge_groups(self, rows: Iterable[Sequence[Any]], width: int) -> list[tuple[Any, ...]]:
+    def _merge_groups(self, rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        atoms = self.atoms
+        base = self.width
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
         for row in rows:
-            groups.setdefault(tuple(row[i] for i in self.keys), []).append(row)
-        if not groups and not self.keys:
-            return []
-        merged = []
+            groups.setdefault(tuple(row[base + i] for i in atoms.keys), []).append(row)
+        merged: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
         for members in groups.values():
-            out: list[Any] = list(members[0])
-            for index, kind in enumerate(self.kinds):
-                if kind == "avg":
-                    sums, counts = self.avg[index]
-                    total = _combine("sum", (r[sums] for r in members))
-                    count = _combine("count", (r[counts] for r in members))
-                    out[index] = _average(total, count, (r[index] for r in members))
-                elif kind is not None:
-                    out[index] = _combine(kind, (r[index] for r in members))
-            merged.append(tuple(out))
+            values: list[Any] = [None] * len(atoms.helpers)
+            for index, kind in enumerate(atoms.kinds):
+                column = [r[base + index] for r in members]
+                if kind is None:
+                    values[index] = column[0]
+                elif kind in ("avg", "avg_sum"):
+                    values[index] = _combine("sum", column)
+                else:
+                    values[index] = _combine("count" if kind == "avg_count" else kind, column)
+            for total, count, average in atoms.averages:
+                partial = [r[base + average] for r in members]
+                values[average] = _average(values[total], values[count], partial)
+            if self.having is not None and self.having(values) is not True:
+                continue
+            outputs = tuple(output(values) for output in self.outputs)
+            merged.append((outputs, tuple(values)))
         if self.order:
-            merged.sort(key=self._sort_key)
-        return merged
+            merged.sort(
+                key=lambda pair: self._key_of(
+                    [
+                        (fn(pair[0] if isinstance(fn, _output) else pair[1]), d, n)
+                        for fn, d, n in self.order
+                    ]
+                )
+            )
+        return [outputs + values for outputs, values in merged]
+
+    @staticmethod
+    def _key_of(parts: Sequence[tuple[Any, bool, bool]]) -> tuple[Any, ...]:
+        key: list[Any] = []
+        for value, descending, nulls_first in parts:
+            if value is None:
+                key.append((0 if nulls_first else 2, None))
+            else:
+                key.append((1, _Reversed(value) if descending else value))
+        return tuple(key)
 
     def merge(self, results: Sequence[Result[Any]]) -> Result[Any]:
         """The statement's result, from each source's result of :attr:`source`."""
@@ -266,7 +291,7 @@ class MergePlan:
         width = self.width
         rows: Iterable[Sequence[Any]]
         if self.grouped:
-            rows = self._merge_groups((r for part in parts for r in part), width)
+            rows = self._merge_groups(r for part in parts for r in part)
         elif self.order:
             rows = heapq.merge(*parts, key=self._sort_key)
         else:
@@ -280,6 +305,16 @@ class MergePlan:
         if self.helpers:
             return result.columns(*range(width))
         return result
+
+
+class _output:
+    """An ORDER BY that names a selected column by its label: reads the merged output."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __call__(self, outputs: Sequence[Any]) -> Any:
+        return outputs[self.index]
 
 
 def _unique(rows: Iterable[Sequence[Any]], width: int) -> Iterable[Sequence[Any]]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, Table, inspect
 from sqlalchemy.orm import Mapper
 from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
 
+from snowshard._compat import deannotated
 from snowshard.errors import SnowshardError
+from snowshard.layout import parse_decimal
 from snowshard.orm.defaults import SnowflakeDefault
 from snowshard.sharding.errors import (
     InvalidShardKey,
@@ -21,7 +23,15 @@ from snowshard.sharding.errors import (
 from snowshard.spec import ShardSpec
 from snowshard.strategies import Gene, Mod
 
-__all__ = ["ShardedModel", "logical_tables", "model_classes"]
+__all__ = ["MODEL_INFO", "ShardedModel", "model_of_class", "model_of_table"]
+
+MODEL_INFO = "snowshard_model"
+"""``info`` key of a logical table and of the class manager of every mapped class of a
+sharded model.
+
+The logical table's ``info[MODEL_INFO]`` is its :class:`ShardedModel`; a class's is
+``(model, shard)``, with shard None for the logical class. Kept there, not in a registry
+of this module, so a declarative base that is dropped takes its models with it."""
 
 
 def _is_integer(type_: TypeEngine[Any]) -> bool:
@@ -81,7 +91,7 @@ class ShardedModel:
             self._fast = (spec.count - 1).__and__
         elif type(strategy) is Mod:
             self._fast = spec.count.__rmod__
-        self.binding = (repr(strategy), spec.count, tuple(sorted(spec.databases.items())))
+        self.binding = (strategy, spec.count, tuple(sorted(spec.databases.items())))
         """Models with equal ``binding`` put matching rows in tables of the same index."""
         self.unions: dict[tuple[int, ...], Any] = {}
         """Cache of ``with_polymorphic`` entities over several tables (see mapping)."""
@@ -102,13 +112,9 @@ class ShardedModel:
         """``value`` as stored and routed: a decimal ``str`` in an integer column -> ``int``."""
         if key in self._integer:
             if isinstance(value, str):
-                text = value.strip()
-                if not (text.isascii() and text.isdigit()):
-                    raise InvalidShardKey(
-                        f"{self.name}.{key} = {value!r} is not a decimal integer; "
-                        "pass an int or a string of digits"
-                    )
-                return int(text)
+                return parse_decimal(
+                    value, what=f"integer for {self.name}.{key}", error=InvalidShardKey
+                )
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ShardKeyTypeError(
                     f"{self.name}.{key} must be an int to pick a shard, got "
@@ -211,8 +217,19 @@ class ShardedModel:
         return self.binding == other.binding
 
 
-logical_tables: dict[Table, ShardedModel] = {}
-"""Every logical table of a sharded model, to its model (filled by the mapping)."""
+def model_of_table(table: Any) -> Optional[ShardedModel]:
+    """The model whose logical table ``table`` is (or an ORM-annotated copy of it), or None."""
+    if not isinstance(table, Table):
+        return None
+    # an annotated copy may hold a copy of the table's __dict__ from before info was set
+    model: Optional[ShardedModel] = deannotated(table).info.get(MODEL_INFO)
+    return model
 
-model_classes: dict[type, tuple[ShardedModel, Optional[int]]] = {}
-"""Logical class -> (model, None); physical class -> (model, its shard)."""
+
+def model_of_class(cls: Any) -> Optional[tuple[ShardedModel, Optional[int]]]:
+    """``(model, None)`` for a logical class, ``(model, shard)`` for a physical one, else None."""
+    mapper = inspect(cls, raiseerr=False) if isinstance(cls, type) else None
+    if not isinstance(mapper, Mapper):
+        return None
+    entry: Optional[tuple[ShardedModel, Optional[int]]] = mapper.class_manager.info.get(MODEL_INFO)
+    return entry

@@ -25,7 +25,7 @@ from snowshard._compat import (
     set_plugin_subject,
 )
 from snowshard.sharding.mapping import union_entity
-from snowshard.sharding.model import ShardedModel, logical_tables
+from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.routing import KeyTerm
 
 __all__ = ["Target", "narrow", "retarget"]
@@ -89,13 +89,14 @@ def retarget(
             return new.__clause_element__()
         if isinstance(element, ColumnClause):
             table = element.table
-            target = targets.get(logical_tables.get(table)) if isinstance(table, Table) else None  # type: ignore[arg-type]
+            model = model_of_table(table)
+            target = targets.get(model) if model is not None else None
             if target is not None:
                 return target.column(element, orm_annotated(element))
             return None
         if isinstance(element, Table):
-            base = deannotated(element)
-            target = targets.get(logical_tables.get(base))  # type: ignore[arg-type]
+            model = model_of_table(deannotated(element))
+            target = targets.get(model) if model is not None else None
             if target is not None:
                 return target.from_clause(orm_annotated(element))
         return None

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import (
 )
 
 from snowshard._compat import deannotated
-from snowshard.sharding.model import ShardedModel, logical_tables
+from snowshard.sharding.model import ShardedModel, model_of_table
 
 __all__ = ["KeyTerm", "Route", "find_models", "route"]
 
@@ -71,7 +71,7 @@ def find_models(statement: Any) -> list[ShardedModel]:
             stack.extend(reversed(list(element.get_children())))
             continue
         if isinstance(table, Table):  # a table's own children are only its columns
-            model = logical_tables.get(_base(table))
+            model = model_of_table(_base(table))
             if model is not None and model not in found:
                 found.append(model)
     return found

@@ -1,0 +1,270 @@
+"""Which parts of a statement give the same answer shard by shard as on one table.
+
+A statement naming sharded models runs in one of three ways (:mod:`~.execute`):
+
+* on **one shard** (its WHERE names one): the database sees every row the outer query can
+  match, so the outer query is exact whatever it contains;
+* as **one UNION ALL** of every table of one database (no key, one database): the database
+  sees the whole logical table, so everything is exact;
+* on **several sources** merged in Python (:mod:`~.merge`): across databases, or one
+  statement per shard (``IN`` lists, binding joins, loader options).
+
+This module reads the statement as an expression tree (never SQL text) and classifies
+each construct as *pushed down exactly*, *merged* (:mod:`~.merge` rebuilds it from
+per-source parts) or *refused*: a construct it does not know is refused, never guessed.
+Refusals raise :class:`~snowshard.sharding.errors.UnsupportedShardQuery` before any SQL
+runs, naming the construct and what to write instead.
+
+Rules that hold in every way of running:
+
+* a subquery (IN, EXISTS, scalar, derived table, CTE) naming a sharded model sees only the
+  tables of the source it runs in. It is exact over the UNION ALL of all tables, or when
+  it is correlated with the outer query on the shard key (``Item.user_id ==
+  Order.user_id`` of models sharded alike); otherwise it is refused;
+* an alias of a sharded model (``aliased(Order)``) is refused: it names the logical table;
+* unsharded tables live in one database: joined with or filtering a sharded model, they
+  are exact only where that database is the one the sharded tables are read in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+from sqlalchemy import Table
+from sqlalchemy.exc import CompileError
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BooleanClauseList,
+    ClauseElement,
+    ColumnClause,
+    FunctionFilter,
+    Grouping,
+    Label,
+    Over,
+    UnaryExpression,
+    WithinGroup,
+)
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.selectable import Alias, SelectBase
+
+from snowshard._compat import deannotated
+from snowshard.sharding.errors import UnsupportedShardQuery
+from snowshard.sharding.model import ShardedModel, model_of_table
+
+__all__ = [
+    "AGGREGATES",
+    "ROW_FUNCTIONS",
+    "check_aliases",
+    "check_nested",
+    "describe",
+    "function_kind",
+    "unsharded_tables",
+    "walk",
+]
+
+AGGREGATES = frozenset({"count", "sum", "min", "max", "avg"})
+"""Aggregates merged across shards (without DISTINCT or FILTER)."""
+
+ROW_FUNCTIONS = frozenset(
+    {
+        "abs", "ceil", "ceiling", "char_length", "coalesce", "concat", "date", "date_trunc",
+        "datetime", "floor", "greatest", "id_time", "ifnull", "least", "length", "lower",
+        "ltrim", "mod", "nullif", "replace", "round", "rtrim", "sign", "strftime", "substr",
+        "substring", "trim", "trunc", "upper",
+    }
+)  # fmt: skip
+"""Functions known to compute one value per row (never an aggregate)."""
+
+
+def describe(element: Any) -> str:
+    """A short text for ``element`` in a message (never fails on dialect-only constructs)."""
+    try:
+        text = str(element)
+    except CompileError:
+        text = f"{getattr(element, 'name', type(element).__name__)}(...)"
+    text = " ".join(text.split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _plain(element: Any) -> Any:
+    while isinstance(element, (Label, Grouping)):
+        element = element.element
+    return element
+
+
+def function_kind(element: FunctionElement[Any]) -> str:
+    """``"aggregate"``, ``"row"`` or ``"unknown"`` for a SQL function call."""
+    name = str(getattr(element, "name", "")).lower()
+    if name in AGGREGATES:
+        return "aggregate"
+    if name in ROW_FUNCTIONS:
+        return "row"
+    return "unknown"
+
+
+def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:
+    """``element`` and its descendants; subqueries only when ``nested`` is true."""
+    stack = [element]
+    while stack:
+        item = stack.pop()
+        yield item
+        if isinstance(item, SelectBase) and item is not element and not nested:
+            continue
+        if isinstance(item, Table):
+            continue
+        stack.extend(item.get_children())
+
+
+def _nested_selects(statement: Any) -> Iterator[SelectBase]:
+    """Every SELECT inside ``statement`` (not ``statement`` itself), outermost first."""
+    for item in walk(statement, nested=True):
+        if isinstance(item, SelectBase) and item is not statement:
+            yield item
+
+
+def _models_in(element: Any) -> list[ShardedModel]:
+    found: list[ShardedModel] = []
+    for item in walk(element, nested=True):
+        if isinstance(item, Table):
+            model = model_of_table(item)
+            if model is not None and model not in found:
+                found.append(model)
+    return found
+
+
+def _key_of(element: Any) -> Optional[tuple[ShardedModel, Any]]:
+    element = _plain(element)
+    if not isinstance(element, ColumnClause) or not isinstance(element.table, Table):
+        return None
+    model = model_of_table(element.table)
+    if model is None or element.key not in model.keys:
+        return None
+    return model, deannotated(element.table)
+
+
+def _correlated_on_key(select: SelectBase) -> bool:
+    """Whether a conjunct of ``select``'s WHERE equates shard keys of two binding models."""
+    where = getattr(select, "whereclause", None)
+    stack = [where] if where is not None else []
+    while stack:
+        item = _plain(stack.pop())
+        if isinstance(item, BooleanClauseList) and item.operator is operators.and_:
+            stack.extend(item.clauses)
+        elif isinstance(item, BinaryExpression) and item.operator is operators.eq:
+            left, right = _key_of(item.left), _key_of(item.right)
+            if left and right and left[1] is not right[1] and left[0].binds_with(right[0]):
+                return True
+    return False
+
+
+def check_nested(statement: Any, whole: bool) -> None:
+    """Refuse a subquery on a sharded model that would see only part of its rows.
+
+    ``whole``: the statement runs as one UNION ALL over every table of the model, so each
+    subquery sees all rows.
+    """
+    if whole:
+        return
+    for select in _nested_selects(statement):
+        models = _models_in(select)
+        if not models or _correlated_on_key(select):
+            continue
+        names = ", ".join(m.name for m in models)
+        if any(len(m.spec.databases) > 1 for m in models):
+            names += " is sharded over several databases and"
+        raise UnsupportedShardQuery(
+            f"{names} appears inside a subquery (IN, EXISTS, scalar subquery or CTE) "
+            f"without being correlated with the outer query on its shard key, and this "
+            f"query runs shard by shard: the subquery would see only the rows of each "
+            f"shard (e.g. an average of one shard). Correlate it on the shard key "
+            f"(... WHERE inner.user_id == outer.user_id), or run the subquery first and "
+            f"pass its result as a value or a list"
+        )
+
+
+def check_aliases(statement: Any) -> None:
+    """Refuse ``aliased(Model)`` of a sharded model: the alias names the logical table."""
+    for item in walk(statement, nested=True):
+        if isinstance(item, Alias) and model_of_table(item.element) is not None:
+            model = model_of_table(item.element)
+            assert model is not None
+            raise UnsupportedShardQuery(
+                f"an alias of the sharded model {model.name} (aliased() or .alias()) is not "
+                "supported: it names the logical table, which no database holds; write the "
+                "query without the alias, or run two queries"
+            )
+
+
+def unsharded_tables(statement: Any) -> list[Table]:
+    """Tables the statement reads that are neither a sharded model's nor a shard's."""
+    found: list[Table] = []
+    for item in walk(statement, nested=True):
+        if isinstance(item, Table):
+            table = deannotated(item)
+            if model_of_table(table) is None and "snowshard" not in table.info:
+                if table not in found:
+                    found.append(table)
+    return found
+
+
+def window_partitions_by_key(over: Over[Any], models: Sequence[ShardedModel]) -> bool:
+    """Whether ``over``'s PARTITION BY includes a shard key of one of ``models``."""
+    partition = over.partition_by
+    if partition is None:
+        return False
+    return any(_key_of(part) is not None for part in partition.clauses)
+
+
+def window_refusal(over: Over[Any]) -> UnsupportedShardQuery:
+    return UnsupportedShardQuery(
+        f"window function {describe(over)} across shards: each shard would compute it over "
+        "its own rows only; partition by the shard key (over(partition_by=Order.user_id)), "
+        "or compute it in Python"
+    )
+
+
+def check_row_expression(element: Any, models: Sequence[ShardedModel]) -> bool:
+    """Check an expression evaluated per row on each source; True if it holds an aggregate.
+
+    Window functions must partition by the shard key; functions not known to be per row
+    (or one of the merged aggregates) are refused, as they could be aggregates.
+    """
+    aggregate = False
+    stack = [element]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, SelectBase) and item is not element:
+            continue  # subqueries: check_nested
+        if not isinstance(item, Table):
+            stack.extend(item.get_children())
+        if isinstance(item, Over):
+            if not window_partitions_by_key(item, models):
+                raise window_refusal(item)
+            # the window function itself (row_number, rank, count...) runs per partition;
+            # only its PARTITION BY and ORDER BY expressions are checked further
+            stack = [c for c in stack if c is not item.element]
+        elif isinstance(item, (WithinGroup, FunctionFilter)):
+            raise UnsupportedShardQuery(
+                f"{describe(item)} across shards: ordered-set aggregates and FILTER are not "
+                "merged; route the query to one shard or compute it in Python"
+            )
+        elif isinstance(item, FunctionElement):
+            kind = function_kind(item)
+            if kind == "unknown":
+                raise UnsupportedShardQuery(
+                    f"function {getattr(item, 'name', describe(item))}() is not known to be "
+                    "computed per row, so its result across shards cannot be guaranteed "
+                    "(it may be an aggregate); route the query to one shard, or compute it "
+                    "in Python"
+                )
+            if kind == "aggregate":
+                aggregate = True
+        elif isinstance(item, UnaryExpression) and item.operator is operators.distinct_op:
+            continue
+    return aggregate
+
+
+def is_clause(element: Any) -> bool:
+    return isinstance(element, ClauseElement)

@@ -1,0 +1,271 @@
+"""Expressions over merged aggregates, computed in Python after a cross-shard merge.
+
+``count() * 2``, ``max(x) - min(x)``, ``coalesce(sum(x), 0)``, ``CASE WHEN avg(x) > 3 ...``
+cannot be merged from per-shard values of the whole expression; the merge pushes down
+their *atoms* (the aggregates and the GROUP BY keys), merges those, and computes the
+expression here with SQL's NULL rules. :func:`compile_expression` turns an expression into
+a function of the merged atom values once, before any SQL runs, and refuses what it does
+not know (division, CAST, unknown functions) with
+:class:`~snowshard.sharding.errors.UnsupportedShardQuery`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any, Optional
+
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BindParameter,
+    BooleanClauseList,
+    Case,
+    Cast,
+    ClauseList,
+    False_,
+    Grouping,
+    Label,
+    Null,
+    True_,
+    UnaryExpression,
+)
+from sqlalchemy.sql.functions import FunctionElement
+
+from snowshard._compat import LabelReference
+from snowshard.sharding.analysis import describe, function_kind
+from snowshard.sharding.errors import UnsupportedShardQuery
+
+__all__ = ["Atoms", "Evaluator", "compile_expression"]
+
+Evaluator = Callable[[Sequence[Any]], Any]
+"""A compiled expression: merged atom values -> the expression's value."""
+
+
+def _plain(element: Any) -> Any:
+    while True:
+        if isinstance(element, (Label, Grouping, LabelReference)):
+            element = element.element
+        elif type(element) is ClauseList and len(element.clauses) == 1:
+            element = element.clauses[0]  # GROUP BY of a function: a list of one label
+        else:
+            return element
+
+
+class Atoms:
+    """The expressions pushed down to every source: GROUP BY keys and aggregates.
+
+    :attr:`helpers` is the list of expressions added to each source's SELECT; keys and
+    aggregates are found again by structural comparison.
+    """
+
+    def __init__(self) -> None:
+        self.helpers: list[Any] = []
+        self.kinds: list[Optional[str]] = []
+        """Per helper: None for a key, the aggregate's name, or "avg_sum"/"avg_count"."""
+        self.keys: list[int] = []
+        self.averages: list[tuple[int, int, int]] = []
+        """(sum helper, count helper, avg helper) of each AVG."""
+
+    def _find(self, element: Any, kind: Optional[str]) -> Optional[int]:
+        for index, helper in enumerate(self.helpers):
+            if self.kinds[index] == kind and _plain(helper).compare(element):
+                return index
+        return None
+
+    def add_key(self, element: Any) -> int:
+        element = _plain(element)
+        found = self._find(element, None)
+        if found is None:
+            found = self._add(element, None)
+            self.keys.append(found)
+        return found
+
+    def key(self, element: Any) -> Optional[int]:
+        return self._find(_plain(element), None)
+
+    def aggregate(self, element: FunctionElement[Any]) -> int:
+        name = str(element.name).lower()
+        for argument in element.clauses:
+            if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op:
+                raise UnsupportedShardQuery(
+                    f"{name}(DISTINCT ...) cannot be merged across shards; select the distinct "
+                    "values and count them in Python, or route the query to one shard"
+                )
+        found = self._find(element, name)
+        if found is not None:
+            return found
+        index = self._add(element, name)
+        if name == "avg":
+            from sqlalchemy import func
+
+            (argument,) = element.clauses
+            total = self._add(func.sum(argument), "avg_sum")
+            count = self._add(func.count(argument), "avg_count")
+            self.averages.append((total, count, index))
+        return index
+
+    def _add(self, element: Any, kind: Optional[str]) -> int:
+        self.helpers.append(_plain(element))
+        self.kinds.append(kind)
+        return len(self.helpers) - 1
+
+
+def _number(left: Any, right: Any) -> tuple[Any, Any]:
+    # a float on either side makes the database compute in floating point
+    if isinstance(left, float) and isinstance(right, Decimal):
+        return left, float(right)
+    if isinstance(left, Decimal) and isinstance(right, float):
+        return float(left), right
+    return left, right
+
+
+_ARITHMETIC: dict[Any, Callable[[Any, Any], Any]] = {
+    operators.add: lambda a, b: a + b,
+    operators.sub: lambda a, b: a - b,
+    operators.mul: lambda a, b: a * b,
+}
+_COMPARISON: dict[Any, Callable[[Any, Any], Any]] = {
+    operators.eq: lambda a, b: a == b,
+    operators.ne: lambda a, b: a != b,
+    operators.lt: lambda a, b: a < b,
+    operators.le: lambda a, b: a <= b,
+    operators.gt: lambda a, b: a > b,
+    operators.ge: lambda a, b: a >= b,
+}
+
+
+def _refuse(element: Any, why: str) -> UnsupportedShardQuery:
+    return UnsupportedShardQuery(
+        f"{describe(element)} over aggregates or GROUP BY keys across shards: {why}; "
+        "compute it in Python from the merged aggregates, or route the query to one shard"
+    )
+
+
+def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
+    """``element`` as a function of the merged atom values (adding atoms as needed)."""
+    plain = _plain(element)
+    key = atoms.key(plain)
+    if key is not None:
+        return lambda values: values[key]
+    if isinstance(plain, FunctionElement):
+        return _function(plain, atoms)
+    if isinstance(plain, BindParameter):
+        constant = plain.effective_value
+        return lambda values: constant
+    if isinstance(plain, (Null, True_, False_)):
+        constant = {Null: None, True_: True, False_: False}[type(plain)]
+        return lambda values: constant
+    if isinstance(plain, BinaryExpression):
+        return _binary(plain, atoms)
+    if isinstance(plain, BooleanClauseList):
+        return _boolean(plain, atoms)
+    if isinstance(plain, UnaryExpression):
+        if plain.operator is operators.neg:
+            inner = compile_expression(plain.element, atoms)
+            return lambda values: None if (v := inner(values)) is None else -v
+        if plain.operator is operators.inv:
+            inner = compile_expression(plain.element, atoms)
+            return lambda values: None if (v := inner(values)) is None else not v
+    if isinstance(plain, Case):
+        return _case(plain, atoms)
+    if isinstance(plain, Cast):
+        raise _refuse(plain, "CAST is computed differently by each database")
+    raise _refuse(
+        plain, "it is neither a GROUP BY key nor built from count/sum/min/max/avg with "
+        "+, -, *, comparisons, CASE and COALESCE"
+    )
+
+
+def _function(element: FunctionElement[Any], atoms: Atoms) -> Evaluator:
+    kind = function_kind(element)
+    if kind == "aggregate":
+        index = atoms.aggregate(element)
+        return lambda values: values[index]
+    if str(element.name).lower() == "coalesce":
+        parts = [compile_expression(argument, atoms) for argument in element.clauses]
+
+        def coalesce(values: Sequence[Any]) -> Any:
+            for part in parts:
+                value = part(values)
+                if value is not None:
+                    return value
+            return None
+
+        return coalesce
+    raise _refuse(element, f"function {element.name}() is not merged")
+
+
+def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
+    operator = element.operator
+    if operator in (operators.is_, operators.is_not):
+        inner = compile_expression(element.left, atoms)
+        if not isinstance(_plain(element.right), Null):
+            raise _refuse(element, "IS is merged only against NULL")
+        wanted = operator is operators.is_
+        return lambda values: (inner(values) is None) == wanted
+    function = _ARITHMETIC.get(operator) or _COMPARISON.get(operator)
+    if function is None:
+        raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
+    left = compile_expression(element.left, atoms)
+    right = compile_expression(element.right, atoms)
+
+    def apply(values: Sequence[Any]) -> Any:
+        a, b = left(values), right(values)
+        if a is None or b is None:
+            return None
+        return function(*_number(a, b))
+
+    return apply
+
+
+def _boolean(element: BooleanClauseList, atoms: Atoms) -> Evaluator:
+    parts = [compile_expression(clause, atoms) for clause in element.clauses]
+    if element.operator is operators.and_:
+
+        def both(values: Sequence[Any]) -> Any:
+            found: Any = True
+            for part in parts:
+                value = part(values)
+                if value is False:
+                    return False
+                if value is None:
+                    found = None
+            return found
+
+        return both
+    if element.operator is operators.or_:
+
+        def either(values: Sequence[Any]) -> Any:
+            found: Any = False
+            for part in parts:
+                value = part(values)
+                if value is True:
+                    return True
+                if value is None:
+                    found = None
+            return found
+
+        return either
+    raise _refuse(element, "this list operator is not merged")
+
+
+def _case(element: Case[Any], atoms: Atoms) -> Evaluator:
+    subject = compile_expression(element.value, atoms) if element.value is not None else None
+    whens = [
+        (compile_expression(condition, atoms), compile_expression(result, atoms))
+        for condition, result in element.whens
+    ]
+    otherwise = compile_expression(element.else_, atoms) if element.else_ is not None else None
+
+    def case(values: Sequence[Any]) -> Any:
+        base = subject(values) if subject is not None else None
+        for condition, result in whens:
+            test = condition(values)
+            if subject is not None:
+                test = None if base is None or test is None else base == test
+            if test is True:
+                return result(values)
+        return otherwise(values) if otherwise is not None else None
+
+    return case

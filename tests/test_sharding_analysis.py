@@ -1,0 +1,168 @@
+"""Each query that once gave a plausible wrong answer across shards: now exact, or refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Integer, cast, exists, func, select
+
+from snowshard.orm import id_time
+from snowshard.sharding import UnsupportedShardQuery
+from tests.test_sharding_differential import IDS, USERS, Setup, _rows_of, _sort, build_setup
+
+LAYOUT = IDS.layout
+
+
+@pytest.fixture(scope="module")
+def one_db(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Setup]:
+    yield from build_setup(request, tmp_path_factory.mktemp("one"), "sqlite", 1)
+
+
+@pytest.fixture(scope="module")
+def two_db(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Setup]:
+    yield from build_setup(request, tmp_path_factory.mktemp("two"), "sqlite", 2)
+
+
+@pytest.fixture(scope="module")
+def two_pg(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Setup]:
+    yield from build_setup(request, tmp_path_factory.mktemp("pg"), "postgresql", 2)
+
+
+def _both(setup: Setup, build: Any) -> tuple[list[Any], list[Any]]:
+    s = setup.schema
+    with setup.session() as session:
+        got = _rows_of(session.execute(build(s.Order)))
+        twin = _rows_of(session.execute(build(s.OrderTwin)))
+    return _sort(got), _sort(twin)
+
+
+def _refused(setup: Setup, build: Any, match: str) -> None:
+    setup.sent.clear()
+    with setup.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+        session.execute(build(setup.schema.Order))
+    assert setup.sent == []
+
+
+def _expressions(m: Any) -> Any:
+    return select(
+        func.count() * 2,
+        func.max(m.amount) - func.min(m.amount),
+        func.coalesce(func.sum(m.amount), 0),
+    ).select_from(m)
+
+
+def test_expressions_over_aggregates_merge_across_databases(two_db: Setup) -> None:
+    """count()*2, max-min and coalesce(sum, 0) give one row equal to one table's."""
+    got, twin = _both(two_db, _expressions)
+    assert got == twin and len(got) == 1
+
+
+def test_expressions_over_aggregates_merge_over_an_in_list(one_db: Setup) -> None:
+    """The same expressions with user_id IN (...) over several shards of one database."""
+    got, twin = _both(one_db, lambda m: _expressions(m).where(m.user_id.in_(USERS[:5])))
+    assert got == twin and len(got) == 1
+
+
+def test_cast_over_an_aggregate_is_refused_across_shards(two_db: Setup) -> None:
+    """cast(avg(x) * 100, Integer) is refused, naming CAST, before any SQL."""
+    _refused(
+        two_db,
+        lambda m: select(cast(func.avg(m.amount) * 100, Integer)).select_from(m),
+        "CAST",
+    )
+
+
+def test_group_by_an_unselected_column_keeps_every_group(two_db: Setup) -> None:
+    """select(avg(amount)).group_by(status) returns one row per status, like one table."""
+    got, twin = _both(two_db, lambda m: select(func.avg(m.amount)).group_by(m.status))
+    assert got == twin and len(got) == 4
+
+
+def test_having_over_avg_merges_across_databases(two_db: Setup) -> None:
+    """HAVING avg(amount) > 5 is applied to the merged groups."""
+    got, twin = _both(
+        two_db,
+        lambda m: select(m.user_id, func.count())
+        .group_by(m.user_id)
+        .having(func.avg(m.amount) > 5),
+    )
+    assert got == twin and 0 < len(got) < len(USERS)
+
+
+def test_id_time_bucket_groups_across_databases(two_db: Setup) -> None:
+    """An id_time bucket selected and grouped across databases equals one table's groups."""
+
+    def build(m: Any) -> Any:
+        bucket = func.strftime("%Y-%m-%d %H", id_time(m.id, LAYOUT))
+        return select(bucket, func.count()).select_from(m).group_by(bucket)
+
+    got, twin = _both(two_db, build)
+    assert got == twin and sum(r[1] for r in got) == 40
+
+
+@pytest.mark.postgres
+def test_hourly_report_across_postgresql_databases(two_pg: Setup) -> None:
+    """The README's hourly report (date_trunc of id_time, unselected) equals one table's."""
+
+    def build(m: Any) -> Any:
+        hour = func.date_trunc("hour", id_time(m.id, LAYOUT))
+        return select(func.count()).select_from(m).group_by(hour)
+
+    got, twin = _both(two_pg, build)
+    assert got == twin and sum(r[0] for r in got) == 40
+
+
+def test_window_over_all_rows_is_refused_across_shards(two_db: Setup) -> None:
+    """count() OVER () is refused with the rewrite: partition by the shard key."""
+    _refused(
+        two_db,
+        lambda m: select(m.id, func.count().over()),
+        "partition by the shard key",
+    )
+
+
+def test_window_partitioned_by_the_shard_key_is_exact(two_db: Setup) -> None:
+    """row_number() OVER (PARTITION BY user_id ORDER BY id) equals one table's numbering."""
+    got, twin = _both(
+        two_db,
+        lambda m: select(m.id, func.row_number().over(partition_by=m.user_id, order_by=m.id)),
+    )
+    assert got == twin and len(got) == 40
+
+
+def test_keyless_subquery_in_a_routed_query_is_refused(one_db: Setup) -> None:
+    """A scalar subquery without key inside a one-shard query is refused, not narrowed."""
+    _refused(
+        one_db,
+        lambda m: select(m.id).where(
+            m.user_id == USERS[2], m.amount > select(func.avg(m.amount)).scalar_subquery()
+        ),
+        "subquery",
+    )
+
+
+def test_unsharded_exists_runs_in_its_own_database(two_db: Setup) -> None:
+    """An EXISTS over unsharded tables only, in a multi-database session, reads the bind."""
+    note = two_db.schema.Note
+    with two_db.session() as session:
+        found = session.scalar(select(exists(select(note.id).where(note.label == "u3"))))
+    assert found is True
+
+
+def test_unsharded_join_across_databases_is_refused(two_db: Setup) -> None:
+    """A sharded model filtered by an unsharded table across databases is refused."""
+    note = two_db.schema.Note
+    _refused(
+        two_db,
+        lambda m: select(m.id).where(m.user_id.in_(select(note.id))),
+        "not sharded and lives in one database",
+    )
+
+
+def test_unsharded_filter_in_one_database_is_exact(one_db: Setup) -> None:
+    """In one database, the same unsharded filter answers like one table."""
+    note = one_db.schema.Note
+    got, twin = _both(one_db, lambda m: select(m.id).where(m.user_id.in_(select(note.id))))
+    assert got == twin and len(got) == 20
