@@ -40,11 +40,13 @@ from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard.sharding.bulk import BIND_KEY
+from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import route_execute
 from snowshard.sharding.flush import check_flush
-from snowshard.sharding.model import model_classes
+from snowshard.sharding.twophase import CommitCoordinator, TwoPhase
+from snowshard.sharding.execute import DIRECT_MAPPER
+from snowshard.sharding.model import model_of_class
 from snowshard.spec import DEFAULT_DATABASE
 
 __all__ = ["ShardedSession"]
@@ -79,7 +81,9 @@ class ShardedSession(Session):
         database (all of them, for single-database sharding).
     :param databases: database key (as in ``Shards(databases=...)``) -> engine.
         ``AsyncEngine`` values are accepted, for :class:`AsyncShardedSession`.
-    :param kw: everything else :class:`~sqlalchemy.orm.Session` takes (``twophase``,
+    :param twophase: True, or a :class:`~snowshard.sharding.twophase.TwoPhase`, for the
+        recoverable two-phase commit of :mod:`~snowshard.sharding.twophase`.
+    :param kw: everything else :class:`~sqlalchemy.orm.Session` takes (
         ``binds``, ``expire_on_commit``, ...).
     """
 
@@ -88,16 +92,18 @@ class ShardedSession(Session):
         bind: Optional[_AnyBind] = None,
         *,
         databases: Optional[Mapping[str, _AnyBind]] = None,
+        twophase: Union[bool, TwoPhase] = False,
         **kw: Any,
     ) -> None:
         super().__init__(bind=_sync(bind) if bind is not None else None, **kw)
         self.databases: dict[str, _Bind] = {k: _sync(v) for k, v in (databases or {}).items()}
+        self.commits = CommitCoordinator(self, twophase)
+        """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: Optional[dict[type, Connection]] = None
-        self.direct_mapper: Optional[Mapper[Any]] = None
-        """During :meth:`get` of a physical class: its mapper (its SELECT needs no routing)."""
-        self.routing_database: Optional[str] = None
-        """While set, sharded mappers bind to this database (ORM bulk statements ask for
-        their base mapper's connection, which is the logical one)."""
+
+    def commit(self) -> None:
+        """:meth:`Session.commit`; a failure names its database (:mod:`~.twophase`)."""
+        self.commits.commit(super().commit)
 
     def flush(self, objects: Optional[Sequence[Any]] = None) -> None:
         """:meth:`Session.flush`; with several databases, each row goes to its own."""
@@ -127,7 +133,7 @@ class ShardedSession(Session):
         kind = type(instance)
         connection = self._flush_connections.get(kind)
         if connection is None:
-            entry = model_classes.get(kind)
+            entry = model_of_class(kind)
             arguments: dict[str, Any] = {"mapper": mapper}
             if entry is not None and entry[1] is not None:
                 arguments = {BIND_KEY: entry[0].database_of(entry[1])}
@@ -163,8 +169,9 @@ class ShardedSession(Session):
         database: Optional[str] = kw.get(BIND_KEY)
         if database is None and mapper is not None:
             database = _database_of_mapper(inspect(mapper))
-            if database is not None and self.routing_database is not None:
-                database = self.routing_database
+            if database is not None:
+                # an ORM bulk statement asks for its base (logical) mapper's connection
+                database = bulk_database(self) or database
         if database is None and clause is not None and self.databases:
             database = _database_of_clause(clause)
         if database is not None:
@@ -173,7 +180,7 @@ class ShardedSession(Session):
 
     def _shard_of_ident(self, entity: Any, ident: Any) -> Optional[int]:
         """The shard an identity names, for a logical model keyed by its ID (else None)."""
-        entry = model_classes.get(entity)
+        entry = model_of_class(entity)
         if entry is None or entry[1] is not None:
             return None
         model = entry[0]
@@ -193,11 +200,8 @@ class ShardedSession(Session):
         if shard is None:
             return super().get(entity, ident, **kw)
         model = entity.__snowshard__
-        self.direct_mapper = model.mappers[shard]
-        try:
-            return super().get(model.classes[shard], ident, **kw)
-        finally:
-            self.direct_mapper = None
+        options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
+        return super().get(model.classes[shard], ident, execution_options=options, **kw)
 
     def get_one(self, entity: Any, ident: Any, **kw: Any) -> Any:
         """:meth:`Session.get_one`, routed like :meth:`get`."""
@@ -210,7 +214,7 @@ class ShardedSession(Session):
 def _database_of_mapper(mapper: Any) -> Optional[str]:
     if not isinstance(mapper, Mapper):
         return None
-    entry = model_classes.get(mapper.class_)
+    entry = model_of_class(mapper.class_)
     if entry is None:
         return None
     model, shard = entry

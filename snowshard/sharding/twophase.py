@@ -1,0 +1,736 @@
+"""Committing a session over several databases: recoverable two-phase commit, named failures.
+
+::
+
+    ShardedSession(bind=main, databases={"a": engine_a, "b": engine_b}, twophase=True)
+    ShardedSession(..., twophase=TwoPhase(decisions="a", grace=60, on_step=print))
+    recover({"a": engine_a, "b": engine_b})          # snowshard.operations; after a crash
+
+**The protocol** (PostgreSQL prepared transactions, MariaDB/MySQL XA). A session's
+transaction is a *group* with an ID ``<Unix ms>-<12 hex digits>`` (its creation time, then
+randomness); each database it writes is a *branch* with the transaction ID
+``snowshard-<group>:<database key>`` (PostgreSQL GID, under 200 bytes; on MariaDB the XID
+``'snowshard-<group>', '<database key>'``, each part at most 64 bytes), so an operator
+reading ``pg_prepared_xacts`` or ``XA RECOVER`` can pair the branches of a group.
+
+1. Each branch is begun with its XID (``XA START`` on MariaDB) when the session first uses
+   that database; PostgreSQL's ``max_prepared_transactions`` is checked then (once per
+   engine), so a server that cannot prepare fails before any work, with
+   :class:`~.commit_errors.TwoPhaseUnavailable`.
+2. Commit flushes, then prepares every branch (``PREPARE TRANSACTION`` / ``XA END`` +
+   ``XA PREPARE``). A failure rolls every branch back: nothing committed.
+3. The decision is made durable: a row ``(group, 'commit', databases)`` is inserted, in its
+   own transaction, into ``snowshard_txn_decisions`` of the *decisions database* (the
+   session's ``bind`` unless configured). The group ID is its primary key.
+4. Every branch is committed (``COMMIT PREPARED`` / ``XA COMMIT``), retried on a new
+   connection if the first attempt fails; then the decision row is deleted.
+
+**Why it is safe.** *Presumed abort*: a branch without a decision row was never decided
+committed, because the row is committed before any branch commits. Recovery
+(:func:`snowshard.operations.recover`) therefore commits every in-doubt branch of a group
+with a ``commit`` row and rolls back the others, which leaves each group wholly committed or
+wholly absent, whenever the writer died. A group that may still be finishing (younger than
+the *grace period*, read from its ID) is never touched. A writer slower than that races
+recovery through the primary key: recovery inserts ``(group, 'abort')`` before rolling a
+branch back, so the writer's ``commit`` insert fails and it rolls back too (a writer also
+refuses to decide once half the grace period has passed). Recovery deletes decision rows
+when no branch of their group is left in the databases it was given.
+
+Without two-phase commit, a session over several databases commits them one after the other;
+a failure after some committed raises :class:`~.commit_errors.PartialCommitError` naming
+what committed, what failed and what was rolled back (see :mod:`.commit_errors`).
+
+Limits: one decisions database serves every group whose branches share a server (recovery
+acts on every ``snowshard-`` branch it sees). Changes made by ``before_commit`` listeners
+are flushed before the databases commit only if the listener flushes them itself (the
+session flushes, then commits the databases, then runs SQLAlchemy's commit bookkeeping).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    delete,
+    event,
+    insert,
+    select,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from snowshard.redaction import scrub, url_secrets
+from snowshard.sharding.commit_errors import (
+    CommitError,
+    CommitFailed,
+    CommitUnfinished,
+    PartialCommitError,
+    TwoPhaseConfigError,
+    TwoPhaseUnavailable,
+)
+from snowshard.spec import DEFAULT_DATABASE
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, SessionTransaction
+
+__all__ = [
+    "DECISIONS_TABLE",
+    "DEFAULT_GRACE",
+    "PREFIX",
+    "CommitCoordinator",
+    "StepListener",
+    "TwoPhase",
+    "Xid",
+    "backend_of",
+    "decisions",
+    "ensure_decisions_table",
+    "finish_branch",
+    "forget_decision",
+    "group_created_ms",
+    "in_doubt_branches",
+    "new_group",
+    "read_decisions",
+    "record_decision",
+]
+
+PREFIX = "snowshard-"
+DECISIONS_TABLE = "snowshard_txn_decisions"
+DEFAULT_GRACE = 60.0
+"""Seconds recovery leaves a group alone after its creation (it may still be finishing)."""
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_MAX_PART = 64  # MySQL: gtrid and bqual at most 64 bytes each
+_RETRIES = (0.05, 0.25)  # pauses before the 2nd and 3rd attempt of a phase-2 commit
+
+StepListener = Callable[[str, str, str | None], None]
+"""``on_step(step, group, database)``: ``"prepared"`` and ``"committed"`` once per database,
+``"decided"`` once (database None), each right after the step is durable."""
+
+decisions = Table(
+    DECISIONS_TABLE,
+    MetaData(),
+    Column("group_id", String(40), primary_key=True),
+    Column("outcome", String(8), nullable=False),
+    Column("databases", String(2000), nullable=False),
+    Column("decided_at_ms", BigInteger, nullable=False),
+)
+"""The decision records: ``outcome`` is ``commit`` or ``abort``; ``databases`` the keys of
+the group's branches, comma-separated (empty for a recovery's ``abort``)."""
+
+
+# --------------------------------------------------------------------------- XIDs
+
+
+def new_group(now_ms: int | None = None) -> str:
+    """A new group ID: ``<Unix ms>-<12 random hex digits>``."""
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return f"{ms}-{secrets.token_hex(6)}"
+
+
+def group_created_ms(group: str) -> int | None:
+    """The creation time (Unix ms) a group ID encodes, or None if it is not one."""
+    ms, sep, rest = group.partition("-")
+    if not sep or not ms.isdigit() or len(rest) != 12:
+        return None
+    if any(ch not in "0123456789abcdef" for ch in rest):
+        return None
+    return int(ms)
+
+
+@dataclass(frozen=True)
+class Xid:
+    """A branch's transaction ID: its group, and the database key it writes."""
+
+    group: str
+    database: str
+
+    @property
+    def gtrid(self) -> str:
+        """The global part, shared by every branch of the group (``snowshard-<group>``)."""
+        return PREFIX + self.group
+
+    def __str__(self) -> str:
+        """The PostgreSQL GID form, also used in messages: ``snowshard-<group>:<key>``."""
+        return f"{self.gtrid}:{self.database}"
+
+    def literal(self, backend: str) -> str:
+        """The SQL literal naming this branch (``'gid'``, or ``'gtrid','bqual'`` on MySQL).
+
+        Both parts are made of ``[A-Za-z0-9_.-]`` only (checked on creation and parsing).
+        """
+        if backend == "mysql":
+            return f"'{self.gtrid}','{self.database}'"
+        return f"'{self}'"
+
+    @classmethod
+    def parse(cls, gtrid: str, bqual: str) -> Xid | None:
+        """The branch these parts name, or None if snowshard did not create them."""
+        if not gtrid.startswith(PREFIX) or not _is_safe(bqual):
+            return None
+        group = gtrid[len(PREFIX):]
+        if group_created_ms(group) is None:
+            return None
+        return cls(group, bqual)
+
+    @classmethod
+    def parse_gid(cls, gid: str) -> Xid | None:
+        """The branch a PostgreSQL GID names, or None if snowshard did not create it."""
+        gtrid, sep, bqual = gid.partition(":")
+        return cls.parse(gtrid, bqual) if sep else None
+
+
+def _is_safe(name: str) -> bool:
+    return 0 < len(name) <= _MAX_PART and all(ch in _SAFE for ch in name)
+
+
+def branch_name(key: str, taken: Iterable[str]) -> str:
+    """``key`` as an XID part: unsafe characters become ``_``, cut to fit, made unique."""
+    base = "".join(ch if ch in _SAFE else "_" for ch in key)[:_MAX_PART - 4] or "db"
+    used = set(taken)
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}~{n}"
+    return name
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def backend_of(dialect_name: str) -> str | None:
+    """``"postgresql"`` or ``"mysql"`` (MariaDB too) for dialects that can prepare, else None."""
+    if dialect_name == "postgresql":
+        return "postgresql"
+    if dialect_name in ("mysql", "mariadb"):
+        return "mysql"
+    return None
+
+
+_prepared_limit: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+
+
+def check_prepared_transactions(connection: Connection, database: str) -> None:
+    """Raise :class:`TwoPhaseUnavailable` if this PostgreSQL server cannot prepare.
+
+    Reads ``max_prepared_transactions`` once per engine (then cached).
+    """
+    engine = connection.engine
+    limit = _prepared_limit.get(engine)
+    if limit is None:
+        value = connection.exec_driver_sql("SHOW max_prepared_transactions").scalar()
+        limit = int(str(value))
+        _prepared_limit[engine] = limit
+    if limit <= 0:
+        raise TwoPhaseUnavailable(
+            f"twophase=True needs prepared transactions, but the PostgreSQL server of "
+            f"database {database!r} has max_prepared_transactions = {limit}; enable them "
+            f"with ALTER SYSTEM SET max_prepared_transactions = N (N > 0, at least "
+            f"max_connections is usual) and restart the server, or use twophase=False"
+        )
+
+
+def _autocommit(engine: Engine) -> Connection:
+    return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
+def in_doubt_branches(connection: Connection) -> list[Xid]:
+    """snowshard's prepared branches visible from ``connection``.
+
+    PostgreSQL: those of the connection's database (``pg_prepared_xacts``); MariaDB/MySQL:
+    every one on the server (``XA RECOVER``).
+    """
+    backend = backend_of(connection.dialect.name)
+    found: list[Xid] = []
+    if backend == "postgresql":
+        rows = connection.exec_driver_sql(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        ).scalars()
+        found = [xid for xid in map(Xid.parse_gid, rows) if xid is not None]
+    elif backend == "mysql":
+        for row in connection.exec_driver_sql("XA RECOVER").mappings():
+            data = row["data"]
+            text = data.decode("latin-1") if isinstance(data, bytes) else str(data)
+            cut = int(row["gtrid_length"])
+            xid = Xid.parse(text[:cut], text[cut:cut + int(row["bqual_length"])])
+            if xid is not None:
+                found.append(xid)
+    return found
+
+
+def finish_branch(connection: Connection, xid: Xid, *, commit: bool) -> None:
+    """Commit or roll back the prepared branch ``xid`` (``connection`` in autocommit mode)."""
+    backend = backend_of(connection.dialect.name) or ""
+    if backend == "mysql":
+        verb = "XA COMMIT" if commit else "XA ROLLBACK"
+    else:
+        verb = "COMMIT PREPARED" if commit else "ROLLBACK PREPARED"
+    connection.exec_driver_sql(f"{verb} {xid.literal(backend)}")
+
+
+def is_unknown_branch(error: BaseException) -> bool:
+    """Whether a driver error says the branch does not exist (finished by someone else)."""
+    orig = getattr(error, "orig", error)
+    if getattr(orig, "sqlstate", None) == "42704":  # PostgreSQL undefined_object
+        return True
+    args: Any = getattr(orig, "args", ())
+    return bool(args) and args[0] == 1397  # MySQL XAER_NOTA
+
+
+# --------------------------------------------------------------------------- decisions
+
+_tables_ready: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def ensure_decisions_table(engine: Engine) -> None:
+    """Create ``snowshard_txn_decisions`` in ``engine``'s database if missing (once)."""
+    if engine in _tables_ready:
+        return
+    try:
+        decisions.create(engine, checkfirst=True)
+    except DBAPIError:  # created meanwhile by another process
+        decisions.create(engine, checkfirst=True)
+    _tables_ready.add(engine)
+
+
+def record_decision(engine: Engine, group: str, outcome: str, databases: Sequence[str]) -> str:
+    """Insert the decision for ``group`` unless one exists; return the one that holds."""
+    ensure_decisions_table(engine)
+    row = {
+        "group_id": group,
+        "outcome": outcome,
+        "databases": ",".join(databases),
+        "decided_at_ms": time.time_ns() // 1_000_000,
+    }
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(decisions), row)
+        return outcome
+    except IntegrityError:
+        found = read_decisions(engine, [group]).get(group)
+        if found is None:
+            raise
+        return found[0]
+
+
+def read_decisions(
+    engine: Engine, groups: Iterable[str] | None = None
+) -> dict[str, tuple[str, tuple[str, ...], int]]:
+    """``group -> (outcome, databases, decided_at_ms)``, for ``groups`` (default: all)."""
+    ensure_decisions_table(engine)
+    query = select(decisions)
+    if groups is not None:
+        wanted = list(groups)
+        if not wanted:
+            return {}
+        query = query.where(decisions.c.group_id.in_(wanted))
+    with engine.connect() as conn:
+        return {
+            row.group_id: (
+                row.outcome,
+                tuple(k for k in row.databases.split(",") if k),
+                int(row.decided_at_ms),
+            )
+            for row in conn.execute(query)
+        }
+
+
+def forget_decision(engine: Engine, groups: Iterable[str]) -> None:
+    """Delete the decision rows of ``groups``."""
+    wanted = list(groups)
+    if wanted:
+        with engine.begin() as conn:
+            conn.execute(delete(decisions).where(decisions.c.group_id.in_(wanted)))
+
+
+# --------------------------------------------------------------------------- the coordinator
+
+
+@dataclass(frozen=True)
+class TwoPhase:
+    """Settings of ``ShardedSession(twophase=TwoPhase(...))`` (``True`` means the defaults).
+
+    :param decisions: where decision rows go: a database key of the session, an engine, or
+        None for the session's ``bind``.
+    :param grace: the recovery grace period (seconds) this writer expects; it refuses to
+        decide commit once half of it has passed since the group began.
+    :param on_step: a :data:`StepListener` called after each durable step.
+    """
+
+    decisions: str | Engine | None = None
+    grace: float = DEFAULT_GRACE
+    on_step: StepListener | None = None
+
+    def __post_init__(self) -> None:
+        if not self.grace > 0:
+            raise TwoPhaseConfigError(
+                f"TwoPhase(grace={self.grace!r}): the grace period must be a positive number "
+                f"of seconds (default {DEFAULT_GRACE:g})"
+            )
+
+
+@dataclass
+class _Branch:
+    key: str
+    xid: Xid
+    connection: Connection
+    backend: str | None
+    managed: bool
+    state: str = "active"  # active, prepared, done
+
+    @property
+    def engine(self) -> Engine:
+        return self.connection.engine
+
+
+class CommitCoordinator:
+    """Commits one :class:`ShardedSession` (module docstring); made by the session itself."""
+
+    def __init__(self, session: Session, twophase: bool | TwoPhase) -> None:
+        self.session = session
+        self.settings: TwoPhase | None = (
+            TwoPhase() if twophase is True else (twophase or None)
+        )
+        self.branches: list[_Branch] = []
+        self.group = ""
+        self._transaction: SessionTransaction | None = None
+        event.listen(session, "after_begin", self._began)
+
+    # ----------------------------------------------------------------- tracking
+
+    def _key_of(self, connection: Connection) -> str:
+        engine = connection.engine
+        for key, bind in getattr(self.session, "databases", {}).items():
+            if bind is connection or getattr(bind, "engine", None) is engine:
+                return str(key)
+        bind = self.session.bind
+        if bind is connection or getattr(bind, "engine", None) is engine:
+            return DEFAULT_DATABASE
+        return str(engine.url.database or DEFAULT_DATABASE)
+
+    def _began(self, session: Any, transaction: Any, connection: Connection) -> None:
+        root = transaction
+        while root.parent is not None:
+            root = root.parent
+        if root is not self._transaction:
+            self._transaction = root
+            self.branches = []
+            self.group = new_group()
+        key = self._key_of(connection)
+        backend = backend_of(connection.dialect.name)
+        managed = connection is not self.session.bind and all(
+            connection is not bind for bind in getattr(self.session, "databases", {}).values()
+        )
+        xid = Xid(self.group, branch_name(key, (b.xid.database for b in self.branches)))
+        branch = _Branch(key, xid, connection, backend, managed)
+        self.branches.append(branch)
+        if self.settings is None:
+            return
+        if backend is None:
+            raise TwoPhaseUnavailable(
+                f"twophase=True needs databases that can prepare transactions "
+                f"(PostgreSQL, MariaDB/MySQL), but database {key!r} is "
+                f"{connection.dialect.name}; use twophase=False for it"
+            )
+        if backend == "postgresql":
+            check_prepared_transactions(connection, key)
+        else:
+            connection.exec_driver_sql(f"XA START {xid.literal(backend)}")
+            event.listen(connection, "rollback", lambda conn: _xa_rollback(branch))
+        # SQLAlchemy's two-phase events fire as for its own two-phase transactions
+        connection.dispatch.begin_twophase(connection, str(xid))
+
+    # ----------------------------------------------------------------- commit
+
+    def commit(self, base: Callable[[], None]) -> None:
+        """Commit the session's databases (module docstring), then ``base`` (Session.commit)."""
+        if self.session.get_transaction() is None:
+            base()
+            return
+        session = self.session
+        for _ in range(100):
+            if not (session.new or session.dirty or session.deleted):
+                break
+            session.flush()
+        branches = [b for b in self.branches if b.state == "active"]
+        if not branches or not all(b.managed for b in branches):
+            base()
+            return
+        try:
+            if self.settings is not None and len(branches) > 1:
+                self._two_phase(self.settings, branches)
+            else:
+                self._one_by_one(branches)
+        except Exception:
+            for branch in branches:
+                _detach(branch)  # a prepared branch is recovery's now (presumed abort)
+            session.rollback()
+            raise
+        base()
+
+    def _one_by_one(self, branches: list[_Branch]) -> None:
+        """Commit each branch in turn (one phase); SQLAlchemy's own COMMIT then finds none."""
+        committed: list[str] = []
+        for index, branch in enumerate(branches):
+            try:
+                if self.settings is not None and branch.backend == "mysql":
+                    literal = branch.xid.literal("mysql")
+                    branch.connection.exec_driver_sql(f"XA END {literal}")
+                    branch.state = "ended"
+                    branch.connection.exec_driver_sql(f"XA COMMIT {literal} ONE PHASE")
+                else:
+                    branch.connection.connection.commit()
+                branch.state = "done"
+            except Exception as exc:
+                if not _is_driver_error(branch, exc):
+                    raise
+                rest = [b.key for b in branches[index + 1:]]
+                if _outcome_unknown(branch, exc):
+                    branch.connection.invalidate()  # broken: SQLAlchemy must not reuse it
+                raise _commit_error(branch, exc, committed, rest) from exc
+            committed.append(branch.key)
+
+    def _step(self, settings: TwoPhase, step: str, database: str | None) -> None:
+        if settings.on_step is not None:
+            settings.on_step(step, self.group, database)
+
+    def _decisions_engine(self, settings: TwoPhase) -> Engine:
+        target: Any = settings.decisions
+        if isinstance(target, str):
+            found = getattr(self.session, "databases", {}).get(target)
+            if found is None:
+                raise TwoPhaseConfigError(
+                    f"TwoPhase(decisions={target!r}) names no database of this session; "
+                    f"use one of {sorted(getattr(self.session, 'databases', {}))} or an engine"
+                )
+            target = found
+        if target is None:
+            target = self.session.bind
+        engine = getattr(target, "engine", None)
+        if not isinstance(engine, Engine):
+            raise TwoPhaseConfigError(
+                "twophase=True needs a database for its decision records: give the session "
+                "a bind, or TwoPhase(decisions=<database key or engine>)"
+            )
+        return engine
+
+    def _two_phase(self, settings: TwoPhase, branches: list[_Branch]) -> None:
+        engine = self._decisions_engine(settings)
+        keys = [b.key for b in branches]
+        for index, branch in enumerate(branches):
+            try:
+                _prepare(branch)
+            except DBAPIError as exc:
+                self._abort(branches)
+                raise CommitFailed(
+                    f"could not prepare database {branch.key!r} of two-phase group "
+                    f"{self.group} ({_cause(branch, exc)}); nothing was committed: every "
+                    f"database rolled back, so retrying the transaction is safe",
+                    failed=branch.key, not_attempted=keys[index + 1:], retry_safe=True,
+                    group=self.group,
+                ) from exc
+            self._step(settings, "prepared", branch.key)
+        created = group_created_ms(self.group) or 0
+        if time.time_ns() // 1_000_000 - created > settings.grace * 500:
+            self._abort(branches)
+            raise CommitFailed(
+                f"two-phase group {self.group} took longer than half the recovery grace "
+                f"period ({settings.grace:g} s) to prepare, so it was rolled back; nothing was "
+                f"committed and retrying the transaction is safe",
+                not_attempted=keys, retry_safe=True, group=self.group,
+            )
+        try:
+            outcome = record_decision(engine, self.group, "commit", keys)
+        except DBAPIError as exc:
+            for branch in branches:
+                _detach(branch)
+            raise CommitUnfinished(
+                f"could not record the commit decision of two-phase group {self.group} "
+                f"({type(exc).__name__}); every database is prepared and keeps its row locks "
+                f"until recovery (snowshard txn recover), which commits them if the decision "
+                f"was stored and rolls them back otherwise; do not retry before it ran",
+                not_attempted=keys, retry_safe=False, group=self.group,
+            ) from exc
+        if outcome != "commit":
+            self._abort(branches)
+            raise CommitFailed(
+                f"recovery rolled back two-phase group {self.group} before it could commit "
+                f"(it took longer than the grace period); nothing was committed and retrying "
+                f"the transaction is safe",
+                not_attempted=keys, retry_safe=True, group=self.group,
+            )
+        self._step(settings, "decided", None)
+        committed: list[str] = []
+        pending: list[tuple[_Branch, DBAPIError]] = []
+        for branch in branches:
+            try:
+                _commit_prepared(branch)
+            except DBAPIError as failure:
+                pending.append((branch, failure))
+                continue
+            committed.append(branch.key)
+            branch.connection.dispatch.commit_twophase(branch.connection, str(branch.xid), True)
+            self._step(settings, "committed", branch.key)
+        if pending:
+            first, error = pending[0]
+            names = [b.key for b, _ in pending]
+            raise CommitUnfinished(
+                f"two-phase group {self.group} is decided committed; databases {committed} "
+                f"committed but {names} could not ({_cause(first, error)}); their prepared "
+                f"branches keep their row locks until recovery (snowshard txn recover) "
+                f"commits them; do not retry the transaction",
+                committed=committed, failed=first.key, not_attempted=names[1:],
+                retry_safe=False, group=self.group,
+            ) from error
+        try:
+            forget_decision(engine, [self.group])
+        except DBAPIError:
+            pass  # recovery deletes it later
+
+    def _abort(self, branches: list[_Branch]) -> None:
+        """Roll back every prepared branch (best effort: recovery presumes abort anyway)."""
+        for branch in branches:
+            if branch.state != "prepared":
+                continue
+            try:
+                if branch.backend == "mysql":
+                    finish_branch(branch.connection, branch.xid, commit=False)
+                else:
+                    with _autocommit(branch.engine) as conn:
+                        finish_branch(conn, branch.xid, commit=False)
+                branch.state = "done"
+                branch.connection.dispatch.rollback_twophase(
+                    branch.connection, str(branch.xid), True
+                )
+            except DBAPIError:
+                _detach(branch)
+
+
+def _prepare(branch: _Branch) -> None:
+    """Prepare ``branch`` on its own connection (SQLAlchemy's COMMIT later finds nothing)."""
+    connection = branch.connection
+    if branch.backend == "mysql":
+        literal = branch.xid.literal("mysql")
+        connection.exec_driver_sql(f"XA END {literal}")
+        branch.state = "ended"
+        connection.exec_driver_sql(f"XA PREPARE {literal}")
+    else:
+        connection.exec_driver_sql(f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
+    branch.state = "prepared"
+    connection.dispatch.prepare_twophase(connection, str(branch.xid))
+
+
+def _commit_prepared(branch: _Branch) -> None:
+    """Commit a prepared branch: on its connection (MySQL) or a new one; 3 attempts."""
+    last: DBAPIError | None = None
+    if branch.backend == "mysql":
+        try:
+            finish_branch(branch.connection, branch.xid, commit=True)
+            branch.state = "done"
+            return
+        except DBAPIError as exc:
+            last = exc
+        _detach(branch)
+    pauses = (0.0, *_RETRIES) if last is None else _RETRIES
+    for pause in pauses:
+        time.sleep(pause)
+        try:
+            with _autocommit(branch.engine) as conn:
+                finish_branch(conn, branch.xid, commit=True)
+            branch.state = "done"
+            return
+        except DBAPIError as exc:
+            if is_unknown_branch(exc) and last is not None:
+                # an earlier attempt committed it and its answer was lost
+                branch.state = "done"
+                return
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _detach(branch: _Branch) -> None:
+    """Leave a prepared branch to recovery: close its connection (MySQL keeps the branch)."""
+    if branch.state == "prepared" and branch.backend == "mysql":
+        branch.state = "detached"
+        branch.connection.invalidate()
+
+
+def _xa_rollback(branch: _Branch) -> None:
+    """SQLAlchemy rolls back a MySQL branch's connection: end and roll back an active XA."""
+    if branch.state not in ("active", "ended"):
+        return
+    ended = branch.state == "ended"
+    branch.state = "done"
+    literal = branch.xid.literal("mysql")
+    if not ended:
+        try:
+            branch.connection.exec_driver_sql(f"XA END {literal}")
+        except DBAPIError:
+            pass  # the connection is gone (the server rolls the branch back)
+    try:
+        branch.connection.exec_driver_sql(f"XA ROLLBACK {literal}")
+    except DBAPIError:
+        pass
+
+
+def _cause(branch: _Branch, error: BaseException) -> str:
+    text = str(getattr(error, "orig", error)).strip().splitlines()
+    first = text[0] if text else ""
+    message = scrub(f"{type(getattr(error, 'orig', error)).__name__}: {first}",
+                    url_secrets(branch.engine.url))
+    return message
+
+
+def _is_driver_error(branch: _Branch, error: BaseException) -> bool:
+    dbapi = branch.connection.dialect.loaded_dbapi
+    return isinstance(error, (DBAPIError, dbapi.Error))
+
+
+def _outcome_unknown(branch: _Branch, error: BaseException) -> bool:
+    """Whether a failed COMMIT may have committed: the connection broke, not a rejection."""
+    dbapi = branch.connection.dialect.loaded_dbapi
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    return not isinstance(orig, dbapi.IntegrityError) and (
+        isinstance(orig, (dbapi.OperationalError, dbapi.InterfaceError))
+        or (isinstance(error, DBAPIError) and error.connection_invalidated)
+    )
+
+
+def _commit_error(
+    branch: _Branch, error: BaseException, committed: Sequence[str], rest: Sequence[str]
+) -> CommitError:
+    """The error of a failed one-phase COMMIT in ``branch`` (module docstring)."""
+    unknown = _outcome_unknown(branch, error)
+    where = f"commit failed in database {branch.key!r} ({_cause(branch, error)})"
+    if unknown:
+        fate = f"whether {branch.key!r} committed is unknown (its connection broke)"
+    else:
+        fate = f"{branch.key!r} did not commit"
+    skipped = f"; {list(rest)} were rolled back" if rest else ""
+    if committed:
+        return PartialCommitError(
+            f"{where}: a partial commit: {list(committed)} committed, {fate}{skipped}; "
+            f"do not retry the whole transaction (it would store the committed part twice); "
+            f"use twophase=True to commit all databases or none",
+            committed=committed, failed=branch.key, not_attempted=rest, retry_safe=False,
+        )
+    if unknown:
+        return CommitFailed(
+            f"{where}: {fate}{skipped}; check that database before retrying",
+            failed=branch.key, not_attempted=rest, retry_safe=False,
+        )
+    return CommitFailed(
+        f"{where}: nothing was committed{skipped}, so retrying the transaction is safe",
+        failed=branch.key, not_attempted=rest, retry_safe=True,
+    )
