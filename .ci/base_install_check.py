@@ -1,8 +1,10 @@
 """What ``pip install snowshard`` (no extras) must do, checked in the README line 1 venv.
 
-Run by ``.ci/run`` with that venv's Python, after the demo: the sync ORM works on SQLite,
-the ``snowshard`` command and the migration helpers work, and asyncio support fails with
-:class:`snowshard.MissingExtra` naming its extra instead of a bare ``ImportError``.
+Run by ``.ci/run`` with that venv's Python, after the demo: the sync ORM works on SQLite and
+the migration helpers import; click and rich are not installed, so the ``snowshard`` command
+and ``python -m snowshard`` print one line naming ``snowshard[cli]`` and exit 1; asyncio
+support fails with :class:`snowshard.MissingExtra` naming its extra instead of a bare
+``ImportError``.
 """
 
 from __future__ import annotations
@@ -62,20 +64,35 @@ def extra_is_named(module: str, package: str, extra: str) -> None:
         check(False, f"{module} imports without {package}")
 
 
+def command_names_the_extra(what: str, command: list[str]) -> None:
+    """Without click and rich, ``command route 1820`` prints one line naming [cli], exit 1."""
+    done = subprocess.run(
+        [*command, "route", "1820"], capture_output=True, text=True, timeout=60, check=False
+    )
+    lines = done.stderr.splitlines()
+    named = (
+        done.returncode == 1
+        and done.stdout == ""
+        and len(lines) == 1
+        and lines[0].startswith("Error: ")
+        and 'pip install "snowshard[cli]"' in lines[0]
+    )
+    if not named:
+        print(f"exit status {done.returncode}\n{done.stdout}{done.stderr}")
+    check(named, f"{what} without click and rich names [cli] on one line and exits 1")
+
+
 def main() -> None:
     check("sqlalchemy.ext.asyncio" not in sys.modules, "importing snowshard loads no asyncio")
     sync_orm_round_trip()
     check("sqlalchemy.ext.asyncio" not in sys.modules, "the sync ORM loads no asyncio")
+    for package in ("click", "rich"):
+        check(importlib.util.find_spec(package) is None, f"the base install has no {package}")
     command = shutil.which("snowshard", path=str(Path(sys.executable).parent))
     check(command is not None, "the snowshard command is installed")
     assert command is not None
-    routed = subprocess.run(
-        [command, "route", "1820", "--strategy", "gene", "--shards", "16", "--quiet"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    check(routed.returncode == 0 and routed.stdout.strip() == "12", "snowshard route works")
+    command_names_the_extra("the snowshard command", [command])
+    command_names_the_extra("python -m snowshard", [sys.executable, "-m", "snowshard"])
     extra_is_named("snowshard.sharding.aio", "greenlet", "async")
     import snowshard.migrations
 

@@ -135,7 +135,7 @@ def test_plot_without_matplotlib_says_how_to_install(
     target = tmp_path / "skew.png"
     assert main(["skew", "--plot", str(target)]) == 1
     assert capsys.readouterr().err == (
-        "Error: --plot needs matplotlib: pip install 'snowshard[plot]'\n"
+        'Error: --plot needs matplotlib; install it with: pip install "snowshard[plot]"\n'
     )
     assert not target.exists()
 

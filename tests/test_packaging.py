@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from tests.cli_support import run_without
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FLOORS_FILE = ROOT / ".ci" / "floors.txt"
-FLOORED = {"sqlalchemy", "alembic", "psycopg", "pymysql", "redis", "aiosqlite", "aiomysql", "greenlet"}
+FLOORED = {
+    "sqlalchemy", "alembic", "psycopg", "pymysql", "redis", "aiosqlite", "aiomysql", "greenlet",
+    "click", "rich", "tomli",
+}
 """Packages whose lowest declared version the CI floor leg installs."""
+BASE = {"sqlalchemy", "alembic"}
+"""What ``pip install snowshard`` brings: the ORM, sharding and migration helpers."""
+NOT_FOR_TESTS = {"bench", "docs"}
+"""Extras the test suite does not need: benchmark rivals, the documentation site."""
 
 
 def _declared() -> list[Requirement]:
@@ -29,6 +36,10 @@ def _declared() -> list[Requirement]:
     for extra in project["optional-dependencies"].values():
         found.extend(Requirement(text) for text in extra)
     return found
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {Requirement(text).name.lower() for text in requirements}
 
 
 def _floors_file() -> dict[str, str]:
@@ -41,19 +52,6 @@ def _floors_file() -> dict[str, str]:
             assert spec.operator == "==", line
             pins[requirement.name.lower()] = spec.version
     return pins
-
-
-def _run_without(blocked: str, code: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter where importing ``blocked`` fails."""
-    prelude = f"import sys\nsys.modules[{blocked!r}] = None\n"
-    return subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
 
 
 def test_floor_leg_pins_every_declared_floor() -> None:
@@ -83,7 +81,7 @@ def test_sqlalchemy_floor_is_a_2_0_release() -> None:
 
 def test_base_install_needs_no_extra_for_the_sync_api() -> None:
     """Without greenlet, the sync ORM runs and SQLAlchemy's asyncio module is never loaded."""
-    done = _run_without(
+    done = run_without(
         "greenlet",
         """
         import contextlib, io
@@ -101,7 +99,7 @@ def test_base_install_needs_no_extra_for_the_sync_api() -> None:
 
 def test_async_names_without_greenlet_name_the_extra() -> None:
     """``from snowshard.sharding import AsyncShardedSession`` without greenlet names [async]."""
-    done = _run_without(
+    done = run_without(
         "greenlet",
         """
         from snowshard import MissingExtra
@@ -129,7 +127,7 @@ def test_unknown_sharding_attribute_is_an_attribute_error() -> None:
 
 def test_migrations_without_alembic_name_the_extra() -> None:
     """``import snowshard.migrations`` without Alembic names the [migrations] extra."""
-    done = _run_without(
+    done = run_without(
         "alembic",
         """
         from snowshard import MissingExtra
@@ -141,3 +139,42 @@ def test_migrations_without_alembic_name_the_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert 'pip install "snowshard[migrations]"' in done.stdout
+
+
+def test_base_install_is_sqlalchemy_and_alembic_only() -> None:
+    """The base dependencies are SQLAlchemy and Alembic; click, rich and tomli are [cli]'s."""
+    assert _names(PYPROJECT["project"]["dependencies"]) == BASE
+
+
+def test_cli_extra_has_the_commands_packages() -> None:
+    """``snowshard[cli]`` installs click and rich everywhere, and tomli before Python 3.11."""
+    cli = [Requirement(text) for text in PYPROJECT["project"]["optional-dependencies"]["cli"]]
+    assert {r.name.lower() for r in cli} == {"click", "rich", "tomli"}
+    (tomli,) = (r for r in cli if r.name == "tomli")
+    assert tomli.marker is not None
+    assert not tomli.marker.evaluate({"python_version": "3.11"})
+    assert tomli.marker.evaluate({"python_version": "3.10"})
+
+
+def test_test_extra_installs_every_other_extras_packages() -> None:
+    """[test] holds each package of every extra the suite exercises, at the same floor."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    test = {Requirement(text).name.lower(): Requirement(text) for text in extras["test"]}
+    missing = [
+        f"[{extra}] {text}"
+        for extra, texts in sorted(extras.items())
+        if extra not in NOT_FOR_TESTS | {"test"}
+        for text in texts
+        if (r := Requirement(text)).name.lower() not in test
+        or test[r.name.lower()].specifier != r.specifier
+        or test[r.name.lower()].marker != r.marker
+    ]
+    assert missing == []
+
+
+def test_readme_names_every_extra() -> None:
+    """README's "Supported versions" section names each extra as ``[name]``."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+    extras = set(PYPROJECT["project"]["optional-dependencies"])
+    assert sorted(e for e in extras if f"[{e}]" not in section) == []

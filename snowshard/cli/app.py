@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import traceback
 from dataclasses import dataclass
 
@@ -21,10 +20,11 @@ from snowshard.cli.cmd_inspect import inspect_command
 from snowshard.cli.cmd_layout import layout_command
 from snowshard.cli.cmd_route import route_command
 from snowshard.cli.cmd_skew import skew_command
+from snowshard.cli.cmd_txn import txn_group
 from snowshard.errors import SnowshardError
 from snowshard.redaction import redact_url
 
-__all__ = ["cli", "entrypoint", "main"]
+__all__ = ["cli", "main"]
 
 
 @dataclass
@@ -79,7 +79,14 @@ def demo_command() -> None:
     demo.main()
 
 
-for _command in (inspect_command, gen_command, route_command, layout_command, skew_command):
+for _command in (
+    inspect_command,
+    gen_command,
+    route_command,
+    layout_command,
+    skew_command,
+    txn_group,
+):
     _debug(_command)
     cli.add_command(_command)
 
@@ -114,8 +121,3 @@ def _fail(state: State, message: str, *, hint: bool = False) -> int:
     suffix = " (run with --debug for the traceback)" if hint and not state.debug else ""
     click.echo(f"Error: {redact_url(message)}{suffix}", err=True)
     return 1
-
-
-def entrypoint() -> None:
-    """The console script: ``sys.exit(main())``."""
-    sys.exit(main())

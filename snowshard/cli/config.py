@@ -29,7 +29,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 from snowshard.errors import LayoutError
-from snowshard.layout import Layout, to_unix_ms
+from snowshard.layout import Layout, is_decimal, parse_decimal, to_unix_ms
 
 __all__ = [
     "ENV_VAR",
@@ -77,8 +77,8 @@ class Resolved:
 def parse_time(text: str) -> int:
     """Unix ms of ``text``: digits are Unix ms; else ISO 8601 (a date, or naive, is UTC)."""
     value = text.strip()
-    if value.isascii() and value.isdigit():
-        return int(value)
+    if is_decimal(value):
+        return parse_decimal(value, what="Unix ms time", error=ConfigError)
     if value.endswith(("Z", "z")):
         value = value[:-1] + "+00:00"
     try:
@@ -135,8 +135,8 @@ def normalise(raw: Mapping[str, object], source: str) -> Layer:
         if name == "preset":
             out[name] = _preset_name(value, source)
         elif name in _INT_KEYS:
-            if isinstance(value, str) and value.strip().isdigit():
-                value = int(value)
+            if isinstance(value, str) and is_decimal(value.strip()):
+                value = parse_decimal(value, what=name, error=ConfigError)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
             out[name] = value
@@ -192,7 +192,8 @@ def _load_toml(path: Path) -> dict[str, object]:
             import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise ConfigError(
-                f"reading {path} needs Python 3.11+ or the tomli package (pip install tomli)"
+                f"reading {path} needs Python 3.11+ or the tomli package; install it with: "
+                f'pip install "snowshard[cli]"'
             ) from None
     try:
         with path.open("rb") as fh:

@@ -22,7 +22,7 @@ from snowshard.cli.config import (
     resolve,
 )
 from snowshard.errors import FieldOutOfRange, IdTypeError, SnowshardError
-from snowshard.layout import Layout
+from snowshard.layout import Layout, is_decimal, parse_decimal
 from snowshard.strategies import Gene, Hash, Mix, Mod, ShardStrategy, Shift
 
 __all__ = [
@@ -60,7 +60,6 @@ KEY_TYPES = ("auto", "int", "str", "bytes", "uuid")
 Key = Union[int, str, bytes, uuid.UUID]
 """A shard key as the library takes it (see :func:`snowshard.genes.key_to_int`)."""
 
-_INT_TEXT = re.compile(r"-?[0-9]+")
 _UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 _SIMPLE_STRATEGIES: dict[str, Callable[[int], ShardStrategy]] = {
     "gene": Gene,
@@ -261,8 +260,10 @@ def parse_key(text: str, key_type: str, hint: str = "'KEY'") -> Key:
                 param_hint=hint,
             ) from None
     stripped = text.strip()
-    if _INT_TEXT.fullmatch(stripped):
-        return int(stripped)
+    digits = stripped.removeprefix("-")
+    if is_decimal(digits):
+        n = parse_decimal(digits, what="integer key")
+        return -n if stripped.startswith("-") else n
     if key_type == "int":
         raise click.BadParameter(
             f"{text!r} is not an integer; give decimal digits such as 1820, or pick another "

@@ -10,6 +10,7 @@ from types import ModuleType
 
 import click
 
+from snowshard.errors import MissingExtra
 from snowshard.skew import Skew
 
 __all__ = ["bar_chart", "require_matplotlib", "save_png"]
@@ -60,12 +61,12 @@ def bar_chart(counts: Sequence[int], bins: int = 10, width: int = 40) -> list[st
 
 
 def require_matplotlib() -> ModuleType:
-    """``matplotlib.figure``, or a one-line error saying how to install it."""
+    """``matplotlib.figure``, or :class:`MissingExtra` naming the ``plot`` extra."""
     try:
         return importlib.import_module("matplotlib.figure")
     except ImportError:
-        raise click.ClickException(
-            "--plot needs matplotlib: pip install 'snowshard[plot]'"
+        raise MissingExtra(
+            '--plot needs matplotlib; install it with: pip install "snowshard[plot]"'
         ) from None
 
 
