@@ -10,7 +10,7 @@ database by database (each tells the sharded operations which database it is thr
 ``twophase = true`` prepares them all before committing (PostgreSQL). SQLite connections
 are switched to explicit ``BEGIN`` so their DDL is transactional too. MariaDB/MySQL commit
 DDL implicitly, so there a rollback cannot undo the DDL already run; running the upgrade
-again finishes it (see :mod:`snowshard.migrations.ops`).
+again finishes it (see :mod:`snowshard.migrations.runner`).
 
 Offline (``--sql``), each database's script is written to ``<sql_dir>/<key>.sql``, with
 ``sql_dir`` from ``-x sql_dir=...`` or the ``sql_output_dir`` option.

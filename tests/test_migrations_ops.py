@@ -1,4 +1,4 @@
-"""Sharded Alembic operations (snowshard.migrations.ops) on SQLite, PostgreSQL and MariaDB."""
+"""Sharded Alembic operations and their runner on SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
