@@ -1,2 +1,82 @@
-# Real-database fixtures (PostgreSQL, MySQL/MariaDB, Redis, SQLite) live in tests/backends.py.
+"""Shared fixtures and settings of the test suite.
+
+* Real-database fixtures (PostgreSQL, MySQL/MariaDB, Redis, SQLite) live in
+  ``tests/backends.py``, loaded as a plugin: ``database_factory``, ``db_url``, ``redis_db``...
+* Sharded worlds (``tests/worlds.py``): ``sql_log`` records the statements engines send,
+  ``sharded_world(models, backend)`` puts a shop (or any declarative base) on brand-new
+  databases, and ``sql_backend`` parametrizes a test over SQLite, PostgreSQL and MariaDB.
+* Hypothesis profiles: ``dev`` (the default: quick, random) and ``ci`` (at least 200
+  examples, no deadline, derandomized so a failure reproduces on any machine). Choose one
+  with ``HYPOTHESIS_PROFILE=ci``; when that is unset, ``CI=true`` selects ``ci``.
+  Property tests leave ``max_examples`` to the profile; one whose every example costs
+  database round trips may take a fixed share of it
+  (``max_examples=settings.default.max_examples // 10``), still set by the profile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+
+import pytest
+from hypothesis import settings
+
+# Helper modules imported here get pytest's assertion rewriting like test modules do.
+pytest.register_assert_rewrite("tests.backends", "tests.worlds")
+
+from tests.backends import DatabaseFactory
+from tests.worlds import SqlLog, WorldFactory
+
 pytest_plugins = ["tests.backends"]
+
+PROFILE_ENV = "HYPOTHESIS_PROFILE"
+PROFILES = ("dev", "ci")
+
+settings.register_profile("dev", max_examples=50)
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, derandomize=True, database=None, print_blob=True
+)
+
+
+def hypothesis_profile(environ: Mapping[str, str] | None = None) -> str:
+    """The profile ``HYPOTHESIS_PROFILE`` names; else ``ci`` under ``CI=true``, else ``dev``."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(PROFILE_ENV, "").strip()
+    if not chosen:
+        return "ci" if env.get("CI", "").strip().lower() in {"1", "true", "yes"} else "dev"
+    if chosen not in PROFILES:
+        raise pytest.UsageError(f"{PROFILE_ENV}={chosen!r}: choose one of {', '.join(PROFILES)}")
+    return chosen
+
+
+settings.load_profile(hypothesis_profile())
+
+
+_BACKEND_PARAMS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
+]
+
+
+@pytest.fixture(params=_BACKEND_PARAMS)
+def sql_backend(request: pytest.FixtureRequest) -> str:
+    """Each SQL backend in turn: sqlite, postgresql, mysql (MariaDB)."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def sql_log() -> Iterator[SqlLog]:
+    """Records what the engines it watches send; ``sql_log.watch(engine, "name")``."""
+    log = SqlLog()
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def sharded_world(database_factory: DatabaseFactory, sql_log: SqlLog) -> WorldFactory:
+    """``sharded_world(shop_or_base, backend="sqlite") -> World`` on brand-new databases."""
+    return WorldFactory(database_factory, sql_log)

@@ -20,10 +20,16 @@ A marker on the line right before the opening fence changes that:
   else skipped, or failed under ``SNOWSHARD_REQUIRE_BACKENDS=1``).
 
 Test ids name the README section and line of each block, e.g. ``sharded-models-L176``.
+
+README line 1 promises the demo on a base install (no extras). The ``slow`` tests under
+"base install" keep that promise in the suite itself: they ``pip install`` a copy of the
+checkout, without extras, into a new venv and run the demo and ``.ci/base_install_check.py``
+there. That needs the package index (PyPI, or the one pip is configured with).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -31,6 +37,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -88,12 +95,140 @@ def test_ci_runs_each_readme_line_in_a_new_venv() -> None:
 
 def test_demo_module_runs() -> None:
     """The demo the first line runs exits 0 and prints which table each row went to."""
-    demo = quick_start_lines()[0].rsplit("-m ", 1)[1].split()[0]
     result = subprocess.run(
-        [sys.executable, "-m", demo], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", demo_module()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "table" in result.stdout
+
+
+# --------------------------------------------------------------------------- base install
+
+#: Copied into the throw-away checkout: what ``pip install .`` needs, nothing built or local.
+CHECKOUT_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv*", "__pycache__", "build", "*.egg-info", ".*_cache", ".hypothesis", "tests"
+)
+#: Packages of the extras (and of the test venv) that a base install must not bring.
+NOT_IN_BASE = ("psycopg", "pymysql", "redis", "aiosqlite", "aiomysql", "pytest", "hypothesis")
+INSTALL_TIMEOUT = 600
+
+
+def demo_module() -> str:
+    """The module README line 1 runs (``snowshard.demo``)."""
+    return quick_start_lines()[0].rsplit("-m ", 1)[1].split()[0]
+
+
+def base_env() -> dict[str, str]:
+    """This environment without SNOWSHARD_* settings or PYTHONPATH: the checkout stays out."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SNOWSHARD_") and k not in ("PYTHONPATH", "PYTHONHOME")
+    }
+
+
+def pip_targets_other_pythons() -> bool:
+    """True when this interpreter's pip has ``--python`` (pip 22.3 and later)."""
+    major, minor = (int(part) for part in version("pip").split(".")[:2])
+    return (major, minor) >= (22, 3)
+
+
+@pytest.fixture(scope="module")
+def base_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Python of a new venv holding ``pip install <checkout>`` without extras.
+
+    The venv has no system site-packages. This interpreter's pip installs into it
+    (``pip --python``; the venv is then made ``--without-pip``, which skips ensurepip's
+    seconds), from a copy of the checkout, so the build leaves the checkout alone, and
+    with ``--no-compile`` (the demo runs once; byte-compiling would cost more than it
+    saves). Dependencies come from the configured index, through pip's cache (the test
+    venv's own install has filled it).
+    """
+    root = tmp_path_factory.mktemp("base-install")
+    checkout, venv, elsewhere = root / "checkout", root / "venv", root / "cwd"
+    shutil.copytree(ROOT, checkout, ignore=CHECKOUT_IGNORE)
+    elsewhere.mkdir()
+    targets = pip_targets_other_pythons()
+    subprocess.run(
+        [sys.executable, "-m", "venv", *(["--without-pip"] if targets else []), str(venv)],
+        check=True,
+        timeout=300,
+        env=base_env(),
+    )
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    pip = [sys.executable, "-m", "pip", "--python", str(python)] if targets else [
+        str(python), "-m", "pip"
+    ]
+    done = subprocess.run(
+        [*pip, "install", "--quiet", "--no-compile", str(checkout)],
+        cwd=elsewhere,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, fail_message(f"pip install {checkout} (no extras)", done)
+    return python
+
+
+def run_in(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python *args`` from a directory outside the checkout, without PYTHONPATH."""
+    return subprocess.run(
+        [str(python), *args],
+        cwd=python.parent.parent.parent / "cwd",
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_base_install_is_only_the_base(base_python: Path) -> None:
+    """The venv imports snowshard from its own site-packages and has no extra's package."""
+    probe = (
+        "import importlib.util, json, snowshard; "
+        f"print(json.dumps([snowshard.__file__, [m for m in {NOT_IN_BASE!r} "
+        "if importlib.util.find_spec(m) is not None]]))"
+    )
+    done = run_in(base_python, "-c", probe)
+    assert done.returncode == 0, fail_message("the import probe", done)
+    where, extras = json.loads(done.stdout)
+    assert Path(where).is_relative_to(base_python.parent.parent)
+    assert extras == []
+
+
+@pytest.mark.slow
+def test_demo_runs_on_a_base_install(base_python: Path) -> None:
+    """README line 1's demo, on the base install, prints what it prints in the test venv."""
+    done = run_in(base_python, "-m", demo_module())
+    assert done.returncode == 0, fail_message(f"{demo_module()} on the base install", done)
+    here = subprocess.run(
+        [sys.executable, "-m", demo_module()],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
+        check=True,
+    )
+    assert done.stdout == here.stdout
+    assert "read: orders_12" in done.stdout
+
+
+@pytest.mark.slow
+def test_base_install_keeps_its_promises(base_python: Path) -> None:
+    """.ci/base_install_check.py passes: sync ORM, CLI, migrations; async names its extra."""
+    done = run_in(base_python, str(ROOT / ".ci" / "base_install_check.py"))
+    assert done.returncode == 0, fail_message(".ci/base_install_check.py", done)
+    assert "FAIL" not in done.stdout
+    assert "ok   sync sharded ORM on SQLite" in done.stdout
 
 
 # --------------------------------------------------------------------------- code blocks
@@ -186,7 +321,7 @@ def executable(name: str) -> list[str]:
 
 
 def block_params(langs: set[str]) -> list[object]:
-    params = []
+    params: list[object] = []
     for block in BLOCKS:
         if block.lang in langs and block.runs:
             needs = block.needs

@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, ForeignKey, Index, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
     InvalidShardKey,
@@ -24,11 +23,12 @@ from snowshard.sharding import (
     sharded_model,
 )
 from snowshard.strategies import Gene, Mix, Mod
+from tests.worlds import IDS, WorldFactory
 
-IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=5)
 
-
-def declare(shards: Shards, *, extra: Optional[dict[str, Any]] = None) -> tuple[type, Any]:
+def declare(
+    shards: Shards, *, extra: Optional[dict[str, Any]] = None
+) -> tuple[type[DeclarativeBase], Any]:
     """A fresh Base with User and a sharded Order declared with ``shards``."""
 
     class Base(DeclarativeBase):
@@ -92,16 +92,17 @@ def test_named_indexes_get_the_physical_table_name() -> None:
     assert "ix_orders_note" not in names
 
 
-def test_foreign_keys_to_unsharded_tables_are_created() -> None:
+def test_foreign_keys_to_unsharded_tables_are_created(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
     """Physical tables keep foreign keys to unsharded tables; create_all succeeds."""
     base, _ = declare(Shards(2, key="user_id"))
-    engine = sa.create_engine("sqlite://")
-    try:
-        base.metadata.create_all(engine)
-        fks = sa.inspect(engine).get_foreign_keys("orders_01")
-    finally:
-        engine.dispose()
-    assert fks[0]["referred_table"] == "users"
+    world = sharded_world(base, sql_backend)
+    with world.bind.connect() as conn:
+        fks = sa.inspect(conn).get_foreign_keys("orders_01")
+    assert [(fk["constrained_columns"], fk["referred_table"]) for fk in fks] == [
+        (["user_id"], "users")
+    ]
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, event, func, select, update
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import BigInteger, func, select, update
+from sqlalchemy.orm import Mapped, mapped_column
 
-from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
     FanOutForbidden,
@@ -23,40 +22,29 @@ from snowshard.sharding import (
     Shards,
     UnknownDatabase,
     UnsupportedShardQuery,
-    create_all,
 )
 from snowshard.strategies import Mod
+from tests.worlds import IDS, SqlLog, World, WorldFactory, declare_shop
 
-IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=9)
-
-
-class Base(DeclarativeBase):
-    pass
+SHOP = declare_shop(4)
+Order = SHOP.Order
 
 
-class Order(Sharded, Base):
-    __tablename__ = "orders"
-    __shards__ = Shards(4, key=("id", "user_id"))
-    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
-    user_id: Mapped[int] = mapped_column(BigInteger)
-    amount: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class Ledger(Sharded, Base):
+class Ledger(Sharded, SHOP.base):  # type: ignore[name-defined,misc]
     __tablename__ = "ledger"
     __shards__ = Shards(4, key="user_id", fan_out=False)
     id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
     user_id: Mapped[int] = mapped_column(BigInteger)
 
 
-class Visit(Sharded, Base):
+class Visit(Sharded, SHOP.base):  # type: ignore[name-defined,misc]
     __tablename__ = "visits"
     __shards__ = Shards(3, key="user_id", strategy=Mod(3))
     id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
     user_id: Mapped[int] = mapped_column(BigInteger)
 
 
-class Split(Sharded, Base):
+class Split(Sharded, SHOP.base):  # type: ignore[name-defined,misc]
     __tablename__ = "split"
     __shards__ = Shards(2, key="user_id", databases={"a": [0], "b": [1]})
     id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
@@ -64,50 +52,40 @@ class Split(Sharded, Base):
 
 
 @pytest.fixture
-def engine() -> Iterator[sa.Engine]:
-    engine = sa.create_engine("sqlite://")
-    create_all(Base.metadata, bind=engine, databases={"a": engine, "b": engine})
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+def world(sharded_world: WorldFactory) -> World:
+    """The shop and the models above on SQLite (databases default, a and b)."""
+    return sharded_world(SHOP)
 
 
 @pytest.fixture
-def log(engine: sa.Engine) -> list[str]:
-    sent: list[str] = []
-    event.listen(engine, "before_cursor_execute", lambda c, cur, s, *a: sent.append(s))
-    return sent
-
-
-@pytest.fixture
-def session(engine: sa.Engine, log: list[str]) -> Iterator[ShardedSession]:
-    with ShardedSession(engine) as session:
+def session(world: World) -> Iterator[ShardedSession]:
+    """A session over eight orders and eight ledger rows (users 0..7); the log starts empty."""
+    with world.session() as session:
         session.add_all([Order(user_id=u, amount=u) for u in range(8)])
         session.add_all([Ledger(user_id=u) for u in range(8)])
         session.commit()
-        log.clear()
+        world.log.clear()
         yield session
 
 
-def test_gene_parent_cleared_before_flush(session: ShardedSession, log: list[str]) -> None:
+def test_gene_parent_cleared_before_flush(session: ShardedSession, sql_log: SqlLog) -> None:
     """An order whose user_id was set to None after construction is refused at flush."""
     order = Order(user_id=5)
-    order.user_id = None  # type: ignore[assignment]
+    order.user_id = None
     session.add(order)
     with pytest.raises(MissingShardKey, match="set to None"):
         session.flush()
-    assert log == []
+    assert len(sql_log) == 0
 
 
-def test_key_changed_on_a_new_row(session: ShardedSession, log: list[str]) -> None:
+def test_key_changed_on_a_new_row(session: ShardedSession, sql_log: SqlLog) -> None:
     """A new order whose user_id moved to another shard before flush is refused."""
     order = Order(user_id=5)
     order.user_id = 6
     session.add(order)
     with pytest.raises(ShardKeyChanged, match="belongs to shard 2"):
         session.flush()
-    assert log == []
+    assert len(sql_log) == 0
 
 
 def test_key_changed_within_the_shard_is_allowed(session: ShardedSession) -> None:
@@ -124,19 +102,19 @@ def test_key_changed_within_the_shard_is_allowed(session: ShardedSession) -> Non
     ids=["not-decimal", "float", "negative"],
 )
 def test_bad_key_in_where(
-    session: ShardedSession, log: list[str], value: Any, error: type[Exception]
+    session: ShardedSession, sql_log: SqlLog, value: Any, error: type[Exception]
 ) -> None:
     """A WHERE key value the strategy cannot route raises before the query is sent."""
     with pytest.raises(error):
         session.scalars(select(Order).where(Order.user_id == value)).all()
-    assert log == []
+    assert len(sql_log) == 0
 
 
-def test_bad_id_in_get(session: ShardedSession, log: list[str]) -> None:
+def test_bad_id_in_get(session: ShardedSession, sql_log: SqlLog) -> None:
     """session.get with an ID of the wrong type raises before any SQL."""
     with pytest.raises(ShardKeyTypeError):
         session.get(Order, 1.5)
-    assert log == []
+    assert len(sql_log) == 0
 
 
 def test_decimal_string_key_routes_like_its_number(session: ShardedSession) -> None:
@@ -144,11 +122,11 @@ def test_decimal_string_key_routes_like_its_number(session: ShardedSession) -> N
     assert [o.user_id for o in session.scalars(select(Order).where(Order.user_id == "5"))] == [5]
 
 
-def test_fan_out_forbidden_without_key(session: ShardedSession, log: list[str]) -> None:
+def test_fan_out_forbidden_without_key(session: ShardedSession, sql_log: SqlLog) -> None:
     """A model declared fan_out=False refuses a query without its shard key."""
     with pytest.raises(FanOutForbidden, match="fan_out=False.*user_id"):
         session.scalars(select(Ledger)).all()
-    assert log == []
+    assert len(sql_log) == 0
 
 
 def test_fan_out_forbidden_allows_routed_queries(session: ShardedSession) -> None:
@@ -157,21 +135,21 @@ def test_fan_out_forbidden_allows_routed_queries(session: ShardedSession) -> Non
     assert sorted(found) == [1, 2, 3]
 
 
-def test_fan_out_forbidden_for_bulk_delete(session: ShardedSession, log: list[str]) -> None:
+def test_fan_out_forbidden_for_bulk_delete(session: ShardedSession, sql_log: SqlLog) -> None:
     """delete(Ledger) without key raises FanOutForbidden too."""
     with pytest.raises(FanOutForbidden):
         session.execute(sa.delete(Ledger).where(Ledger.id > 0))
-    assert log == []
+    assert len(sql_log) == 0
 
 
-def test_bulk_update_moving_rows_is_refused(session: ShardedSession, log: list[str]) -> None:
+def test_bulk_update_moving_rows_is_refused(session: ShardedSession, sql_log: SqlLog) -> None:
     """update(Order).values(user_id=...) into another shard raises ShardKeyChanged."""
     with pytest.raises(ShardKeyChanged, match="cannot move"):
         session.execute(update(Order).where(Order.user_id == 1).values(user_id=2))
-    assert log == []
+    assert len(sql_log) == 0
 
 
-def test_having_across_shards_is_unsupported(session: ShardedSession, log: list[str]) -> None:
+def test_having_across_shards_is_unsupported(session: ShardedSession, sql_log: SqlLog) -> None:
     """HAVING cannot be merged from partial groups, so it is refused across shards."""
     query = (
         select(Order.user_id, func.count())
@@ -181,7 +159,7 @@ def test_having_across_shards_is_unsupported(session: ShardedSession, log: list[
     )
     with pytest.raises(UnsupportedShardQuery, match="HAVING"):
         session.execute(query)
-    assert log == []
+    assert len(sql_log) == 0
 
 
 def test_count_distinct_across_shards_is_unsupported(session: ShardedSession) -> None:
@@ -198,9 +176,9 @@ def test_join_of_models_sharded_differently_is_unsupported(session: ShardedSessi
         session.execute(query)
 
 
-def test_unknown_database(engine: sa.Engine) -> None:
+def test_unknown_database(world: World) -> None:
     """A session without an engine for database 'b' says which one to pass."""
-    with ShardedSession(engine, databases={"a": engine}) as session:
+    with ShardedSession(world.bind, databases={"a": world.engines["a"]}) as session:
         with pytest.raises(UnknownDatabase, match="'b'"):
             session.add(Split(user_id=1))
             session.flush()
@@ -212,13 +190,13 @@ def test_empty_in_list_reads_nothing(session: ShardedSession) -> None:
     assert session.scalar(select(func.count()).select_from(Order).where(Order.id.in_([]))) == 0
 
 
-def test_or_of_keys_reads_both_shards(session: ShardedSession, log: list[str]) -> None:
+def test_or_of_keys_reads_both_shards(session: ShardedSession, sql_log: SqlLog) -> None:
     """user_id == 1 OR user_id == 2 reads exactly the two shards of 1 and 2."""
     found = session.scalars(
         select(Order.user_id).where((Order.user_id == 1) | (Order.user_id == 2))
     ).all()
     assert sorted(found) == [1, 2]
-    assert sorted(s.split("FROM ")[1].split()[0] for s in log) == ["orders_01", "orders_02"]
+    assert sorted(sql_log.tables(), key=sorted) == [{"orders_01"}, {"orders_02"}]
 
 
 def test_nothing_stays_half_routed_after_an_error(session: ShardedSession) -> None:

@@ -1,33 +1,44 @@
-"""Shared models and fixtures of the sharding tests (this module holds no tests).
+"""Shared models and fixtures of the sharding contract tests (this module holds no tests).
 
-A *world* is one sharded setup on one backend: models declared for a strategy and a
-sharding level (8 tables in one database, or 4 + 4 in two databases), the databases
-holding them, engines that log every SQL statement with the database it went to, and
+A *world* here is one sharded setup on one backend: the shop of ``tests/worlds.py``
+declared for a strategy and a sharding level (8 tables in one database, or 4 + 4 in two
+databases), the databases holding it, engines whose SQL goes to a :class:`SqlLog`, and
 an unsharded twin table ``orders_twin`` that receives the same rows, to compare results.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, String, event
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy import BigInteger, Integer, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from snowshard import Layout, Snowflake
-from snowshard.orm import snowflake_pk
-from snowshard.sharding import Sharded, ShardedSession, Shards, create_all, sharded_model
+from snowshard.sharding import ShardedModel, ShardedSession, sharded_model
 from snowshard.strategies import Gene, Mix, Mod, Shift
 from tests.backends import DatabaseFactory
+from tests.worlds import IDS, LAYOUT, SqlLog, declare_shop, open_world
+from tests.worlds import World as ShardedWorld
+
+__all__ = [
+    "BACKEND_MARKS",
+    "COUNT",
+    "IDS",
+    "LAYOUT",
+    "LEVELS",
+    "STRATEGIES",
+    "Models",
+    "World",
+    "build_world",
+    "models",
+    "world_params",
+]
 
 COUNT = 8
-LAYOUT = Layout(worker_bits=6, gene_bits=4)
-IDS = Snowflake(LAYOUT, worker=3)
 
 STRATEGIES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "gene": (Gene(COUNT), ("id", "user_id")),
@@ -40,7 +51,6 @@ LEVELS: dict[str, dict[str, range]] = {
     "database": {"a": range(0, 4), "b": range(4, 8)},
 }
 BACKEND_MARKS = {"sqlite": (), "postgresql": (pytest.mark.postgres,), "mysql": (pytest.mark.mysql,)}
-_TABLE_NAME = re.compile(r"\b((?:orders|items)_\d\d)\b")
 
 
 @dataclass
@@ -65,47 +75,18 @@ def models(level: str, strategy: str) -> Models:
     if found is not None:
         return found
     rule, keys = STRATEGIES[strategy]
-    databases = LEVELS[level]
+    shop = declare_shop(COUNT, key=keys, strategy=rule, databases=LEVELS[level])
 
-    class Base(DeclarativeBase):
-        pass
-
-    class User(Base):
-        __tablename__ = "users"
-        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-        name: Mapped[str] = mapped_column(String(40), default="")
-        orders: Mapped[list[Any]] = relationship(
-            "Order",
-            primaryjoin="User.id == foreign(Order.user_id)",
-            viewonly=True,
-            order_by="Order.id",
-        )
-
-    class Order(Sharded, Base):
-        __tablename__ = "orders"
-        __shards__ = Shards(COUNT, key=keys, strategy=rule, databases=databases)
-        id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
-        user_id: Mapped[int] = mapped_column(BigInteger, index=True)
-        amount: Mapped[int] = mapped_column(Integer, default=0)
-        note: Mapped[Optional[str]] = mapped_column(String(20))
-
-    class Item(Sharded, Base):
-        __tablename__ = "items"
-        __shards__ = Shards(COUNT, key=keys, strategy=rule, databases=databases)
-        id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
-        user_id: Mapped[int] = mapped_column(BigInteger)
-        order_id: Mapped[int] = mapped_column(BigInteger)
-        qty: Mapped[int] = mapped_column(Integer, default=1)
-
-    class Twin(Base):
+    class Twin(shop.base):  # type: ignore[name-defined,misc]
         __tablename__ = "orders_twin"
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
         user_id: Mapped[int] = mapped_column(BigInteger, index=True)
         amount: Mapped[int] = mapped_column(Integer, default=0)
         note: Mapped[Optional[str]] = mapped_column(String(20))
 
-    Base.registry.configure()
-    found = _models[(level, strategy)] = Models(Base, User, Order, Item, Twin, rule, keys)
+    shop.base.registry.configure()
+    found = Models(shop.base, shop.User, shop.Order, shop.Item, Twin, rule, keys)
+    _models[(level, strategy)] = found
     return found
 
 
@@ -117,15 +98,31 @@ class World:
     level: str
     strategy_name: str
     m: Models
-    engines: dict[str, sa.Engine]
-    bind: sa.Engine
-    log: list[tuple[str, str, Any]] = field(default_factory=list)
-
-    def session(self, **kw: Any) -> ShardedSession:
-        return ShardedSession(self.bind, databases=dict(self.engines), **kw)
+    sharded: ShardedWorld
 
     @property
-    def model(self) -> Any:
+    def engines(self) -> dict[str, sa.Engine]:
+        """The named databases (none at the table level, where everything is in ``bind``)."""
+        return self.sharded.databases
+
+    @property
+    def bind(self) -> sa.Engine:
+        return self.sharded.bind
+
+    @property
+    def sql(self) -> SqlLog:
+        return self.sharded.log
+
+    @property
+    def log(self) -> list[tuple[str, str, Any]]:
+        """(database, SQL, parameters) of each statement since the last :meth:`clear`."""
+        return [(s.database, s.statement, s.params) for s in self.sql]
+
+    def session(self, **kw: Any) -> ShardedSession:
+        return self.sharded.session(**kw)
+
+    @property
+    def model(self) -> ShardedModel:
         return sharded_model(self.m.Order)
 
     def expected_shard(self, order: Any) -> int:
@@ -135,13 +132,13 @@ class World:
 
     def tables_named(self) -> set[str]:
         """Physical tables named by the SQL logged since the last :meth:`clear`."""
-        return {name for _, sql, _ in self.log for name in _TABLE_NAME.findall(sql)}
+        return self.sql.touched()
 
     def statements(self) -> list[str]:
-        return [sql for _, sql, _ in self.log]
+        return self.sql.statements()
 
     def clear(self) -> None:
-        self.log.clear()
+        self.sql.clear()
 
     def add_orders(self, users: list[int], amount: Callable[[int], int] = lambda i: i) -> list[Any]:
         """One order per user id (with ``amount(i)``), committed, copied into the twin."""
@@ -161,15 +158,12 @@ class World:
 
     def rows_by_table(self) -> dict[int, set[int]]:
         """Order ids in each physical table, read with Core from its own database."""
-        found: dict[int, set[int]] = {}
-        for shard, table in enumerate(self.model.tables):
-            engine = self.engines.get(self.model.database_of(shard), self.bind)
-            with engine.connect() as conn:
-                found[shard] = set(conn.execute(sa.select(table.c.id)).scalars())
-        return found
+        by_name = self.sharded.rows_by_table(self.m.Order)
+        return {shard: by_name[table.name] for shard, table in enumerate(self.model.tables)}
 
     def reset(self) -> None:
-        for engine in {id(e): e for e in (self.bind, *self.engines.values())}.values():
+        """Delete every row of every table (in each table's database); clear the log."""
+        for engine in {id(e): e for e in self.sharded.engines.values()}.values():
             with engine.begin() as conn:
                 for table in reversed(self.m.base.metadata.sorted_tables):
                     info = table.info.get("snowshard")
@@ -181,15 +175,6 @@ class World:
                     if here:
                         conn.execute(table.delete())
         self.clear()
-
-
-def _logging(engine: sa.Engine, database: str, log: list[tuple[str, str, Any]]) -> None:
-    def record(
-        conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
-    ) -> None:
-        log.append((database, statement, params))
-
-    event.listen(engine, "before_cursor_execute", record)
 
 
 def world_params(backends: tuple[str, ...] = ("sqlite", "postgresql", "mysql")) -> list[Any]:
@@ -217,14 +202,6 @@ def build_world(
     factory = DatabaseFactory(tmp_path, server)
     try:
         m = models(level, strategy)
-        names = list(LEVELS[level]) or ["default"]
-        engines = [factory.engine(url) for url in factory(backend, len(names))]
-        log: list[tuple[str, str, Any]] = []
-        for name, engine in zip(names, engines):
-            _logging(engine, name, log)
-        databases = dict(zip(names, engines)) if LEVELS[level] else {}
-        world = World(backend, level, strategy, m, databases, engines[0], log)
-        create_all(m.base.metadata, bind=world.bind, databases=databases)
-        yield world
+        yield World(backend, level, strategy, m, open_world(factory, m.base, backend))
     finally:
         factory.cleanup()

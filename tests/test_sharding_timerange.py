@@ -6,40 +6,21 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, func, select
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import func, select
 
-from snowshard import Layout, ManualClock, Snowflake
-from snowshard.orm import id_between, id_time, id_unix_ms, snowflake_pk
-from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
+from snowshard import ManualClock, Snowflake
+from snowshard.orm import id_between, id_time, id_unix_ms
+from snowshard.sharding import ShardedSession
+from tests.worlds import LAYOUT, WorldFactory, declare_shop
 
-LAYOUT = Layout(worker_bits=6, gene_bits=4)
 START = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
 CLOCK = ManualClock(int(START.timestamp() * 1000))
 IDS = Snowflake(LAYOUT, worker=19, clock=CLOCK, sleep=CLOCK.sleep)
 
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Event(Sharded, Base):
-    __tablename__ = "events"
-    __shards__ = Shards(4, key=("id", "user_id"))
-    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
-    user_id: Mapped[int] = mapped_column(BigInteger)
-    size: Mapped[int] = mapped_column(Integer)
-
-
-class Spread(Sharded, Base):
-    """The same rows over two databases."""
-
-    __tablename__ = "spread"
-    __shards__ = Shards(4, key=("id", "user_id"), databases={"a": [0, 1], "b": [2, 3]})
-    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
-    user_id: Mapped[int] = mapped_column(BigInteger)
-    size: Mapped[int] = mapped_column(Integer)
-
+SHOP = declare_shop(4, ids=IDS)
+"""Orders stamped by the manual clock, in one database."""
+SPREAD = declare_shop(4, databases=2, ids=IDS)
+"""The same, over two databases (a: orders_00/01, b: orders_02/03)."""
 
 _days = [0]
 
@@ -52,30 +33,32 @@ def _fill(session: ShardedSession, model: Any) -> tuple[datetime, list[datetime]
     for i in range(40):
         CLOCK.set(int((base + timedelta(minutes=7 * i)).timestamp() * 1000))
         times.append(base + timedelta(minutes=7 * i))
-        session.add(model(user_id=i % 10, size=i))
+        session.add(model(user_id=i % 10, amount=i))
         session.flush()
     session.commit()
     return base, times
 
 
-def test_id_between_counts_a_time_range_across_shards(db_url: str, database_factory: Any) -> None:
+def test_id_between_counts_a_time_range_across_shards(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
     """COUNT(*) WHERE id_between(start, end) over every table equals the rows made then."""
-    engine = database_factory.engine(db_url)
-    create_all(Base.metadata, bind=engine)
-    with ShardedSession(engine) as session:
-        base, times = _fill(session, Event)
+    Order = SHOP.Order
+    with sharded_world(SHOP, sql_backend).session() as session:
+        base, times = _fill(session, Order)
         start, end = base + timedelta(hours=1), base + timedelta(hours=2)
-        count = session.scalar(select(func.count()).where(id_between(Event.id, LAYOUT, start, end)))
+        count = session.scalar(select(func.count()).where(id_between(Order.id, LAYOUT, start, end)))
     assert count == sum(1 for t in times if start <= t < end) == 9
 
 
-def test_id_time_groups_by_hour_across_shards(db_url: str, database_factory: Any) -> None:
-    """GROUP BY the hour of id_time(Event.id) gives per-hour counts, computed in SQL."""
-    engine = database_factory.engine(db_url)
-    create_all(Base.metadata, bind=engine)
-    with ShardedSession(engine) as session:
-        _, times = _fill(session, Event)
-        hour = func.floor(id_unix_ms(Event.id, LAYOUT) / 3_600_000)
+def test_id_time_groups_by_hour_across_shards(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
+    """GROUP BY the hour of id_time(Order.id) gives per-hour counts, computed in SQL."""
+    Order = SHOP.Order
+    with sharded_world(SHOP, sql_backend).session() as session:
+        _, times = _fill(session, Order)
+        hour = func.floor(id_unix_ms(Order.id, LAYOUT) / 3_600_000)
         rows = session.execute(select(hour, func.count()).group_by(hour).order_by(hour)).all()
     expected: dict[int, int] = {}
     for t in times:
@@ -83,25 +66,20 @@ def test_id_time_groups_by_hour_across_shards(db_url: str, database_factory: Any
     assert [(int(h), c) for h, c in rows] == sorted(expected.items())
 
 
-def test_time_range_across_databases_is_merged(tmp_path: Any) -> None:
+def test_time_range_across_databases_is_merged(sharded_world: WorldFactory) -> None:
     """On two databases, the range count and the newest creation time are merged in Python."""
-    from sqlalchemy import create_engine
-
-    a = create_engine(f"sqlite:///{tmp_path}/a.db")
-    b = create_engine(f"sqlite:///{tmp_path}/b.db")
-    try:
-        create_all(Base.metadata, bind=a, databases={"a": a, "b": b})
-        with ShardedSession(a, databases={"a": a, "b": b}) as session:
-            base, times = _fill(session, Spread)
-            start = base + timedelta(minutes=30)
-            count, newest = session.execute(
-                select(func.count(), func.max(id_time(Spread.id, LAYOUT))).where(
-                    id_between(Spread.id, LAYOUT, start, base + timedelta(days=1))
-                )
-            ).one()
-    finally:
-        a.dispose()
-        b.dispose()
+    Order = SPREAD.Order
+    world = sharded_world(SPREAD)
+    assert sorted(world.databases) == ["a", "b"]
+    with world.session() as session:
+        base, times = _fill(session, Order)
+        start = base + timedelta(minutes=30)
+        count, newest = session.execute(
+            select(func.count(), func.max(id_time(Order.id, LAYOUT))).where(
+                id_between(Order.id, LAYOUT, start, base + timedelta(days=1))
+            )
+        ).one()
+    assert world.log.databases() >= {"a", "b"}
     assert count == sum(1 for t in times if t >= start)
     assert newest == max(times)
 

@@ -1,0 +1,366 @@
+"""Sharded worlds for the tests: the usual models on fresh databases, and the SQL they get.
+
+A *shop* (:func:`declare_shop`) is a fresh declarative base holding the models most
+sharding tests need:
+
+* ``User``: unsharded (table ``users``); ``User.orders`` reads a user's orders;
+* ``Order``: sharded by gene on ``(id, user_id)`` by default, so an order's ID carries the
+  gene of its user and either key finds its table (``orders_00`` ..);
+* ``Item``: bound to ``Order``: the same count, keys, strategy and databases, so an order
+  and its items have the same shard number and join table by table (``items_00`` ..).
+
+A *world* (:func:`open_world`, or the ``sharded_world`` fixture of ``tests/conftest.py``)
+is a declarative base on real, brand-new databases of one backend: one database per
+database key its sharded tables name, every table created, and every engine watched by a
+:class:`SqlLog`. Unsharded tables live with the session's ``bind``: the ``default``
+database, or the first one named when no sharded table is in ``default``.
+
+A :class:`SqlLog` (the ``sql_log`` fixture) records each statement an engine sends to
+its database, with the tables the statement names, read from the statement SQLAlchemy
+compiled rather than from the SQL text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Integer, String, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.visitors import iterate
+
+from snowshard import Layout, Snowflake
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import (
+    Sharded,
+    ShardedModel,
+    ShardedSession,
+    Shards,
+    create_all,
+    sharded_model,
+    tables_by_database,
+)
+from snowshard.spec import DEFAULT_DATABASE, ShardInfo
+from tests.backends import DatabaseFactory
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = [
+    "IDS",
+    "LAYOUT",
+    "SHARD_INFO",
+    "Sent",
+    "Shop",
+    "SqlLog",
+    "World",
+    "WorldFactory",
+    "declare_shop",
+    "open_world",
+    "split_databases",
+]
+
+LAYOUT = Layout(worker_bits=6, gene_bits=4)
+"""The layout of the tests' IDs: 4 gene bits, so ``Gene(n)`` routes up to 16 tables."""
+
+IDS = Snowflake(LAYOUT, worker=3)
+"""One generator for every shop: its IDs never repeat within the test process."""
+
+SHARD_INFO = "snowshard"
+"""``Table.info`` key of a physical table of a sharded model: its ``ShardInfo``."""
+
+
+# --------------------------------------------------------------------------- SQL log
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One statement as an engine sent it to its database."""
+
+    database: str
+    statement: str
+    params: Any
+    tables: AbstractSet[str]
+    """Every table the statement names (a frozenset)."""
+    shards: AbstractSet[str]
+    """The physical tables of sharded models among :attr:`tables`."""
+
+    @property
+    def verb(self) -> str:
+        """The statement's first word, upper-cased: SELECT, INSERT, UPDATE, DELETE..."""
+        return self.statement.lstrip().split(None, 1)[0].upper()
+
+
+def _named_tables(context: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """(every table, the sharded ones) of the statement an execution context compiled.
+
+    The ORM compiles the statement its compile state built (with eager-load joins and
+    the like), so that one is read when there is one; DDL names the table it creates,
+    alters or drops. Statements sent as plain SQL text name no table here.
+    """
+    compiled = getattr(context, "compiled", None)
+    if compiled is None:
+        return frozenset(), frozenset()
+    state = getattr(compiled, "compile_state", None)
+    statement = state.statement if state is not None else compiled.statement
+    target = getattr(statement, "element", None)  # of DDL: a table, or an index of one
+    elements = [getattr(target, "table", target), *iterate(statement)]
+    tables = [e for e in elements if isinstance(e, sa.Table)]
+    return (
+        frozenset(t.name for t in tables),
+        frozenset(t.name for t in tables if isinstance(t.info.get(SHARD_INFO), ShardInfo)),
+    )
+
+
+class SqlLog:
+    """The statements sent by the engines it watches, in order, with database and tables."""
+
+    def __init__(self) -> None:
+        self.sent: list[Sent] = []
+        self._listeners: list[tuple[Engine, Callable[..., None]]] = []
+
+    def watch(self, engine: Engine | AsyncEngine, database: str = DEFAULT_DATABASE) -> None:
+        """Record what ``engine`` (sync or asyncio) sends, as sent to ``database``."""
+        target = engine if isinstance(engine, Engine) else engine.sync_engine
+
+        def record(
+            conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
+        ) -> None:
+            tables, shards = _named_tables(context)
+            self.sent.append(Sent(database, statement, params, tables, shards))
+
+        event.listen(target, "before_cursor_execute", record)
+        self._listeners.append((target, record))
+
+    def close(self) -> None:
+        """Stop watching every engine."""
+        while self._listeners:
+            target, record = self._listeners.pop()
+            event.remove(target, "before_cursor_execute", record)
+
+    def clear(self) -> None:
+        """Forget what was recorded so far."""
+        self.sent.clear()
+
+    def __len__(self) -> int:
+        return len(self.sent)
+
+    def __iter__(self) -> Iterator[Sent]:
+        return iter(self.sent)
+
+    def statements(self, database: str | None = None) -> list[str]:
+        """The SQL text of each statement (sent to ``database``, if given)."""
+        return [s.statement for s in self.sent if database is None or s.database == database]
+
+    def tables(self) -> list[AbstractSet[str]]:
+        """The physical tables of sharded models each statement named, in order."""
+        return [s.shards for s in self.sent]
+
+    def touched(self) -> set[str]:
+        """Every physical table of a sharded model named by any statement."""
+        return {name for s in self.sent for name in s.shards}
+
+    def databases(self) -> set[str]:
+        """The databases statements were sent to."""
+        return {s.database for s in self.sent}
+
+
+# --------------------------------------------------------------------------- shop
+
+
+def split_databases(count: int, databases: int) -> dict[str, list[int]]:
+    """``count`` tables in ``databases`` contiguous runs named a, b, c...; {} for one."""
+    if not 1 <= databases <= min(count, 26):
+        raise ValueError(f"databases must be 1..{min(count, 26)} for {count} tables")
+    if databases == 1:
+        return {}
+    bounds = [count * i // databases for i in range(databases + 1)]
+    return {chr(ord("a") + i): list(range(bounds[i], bounds[i + 1])) for i in range(databases)}
+
+
+@dataclass(frozen=True)
+class Shop:
+    """The usual models on one fresh declarative base (module docstring)."""
+
+    base: type[DeclarativeBase]
+    User: Any
+    Order: Any
+    Item: Any
+
+    @property
+    def metadata(self) -> sa.MetaData:
+        return self.base.metadata
+
+    @property
+    def orders(self) -> ShardedModel:
+        """What snowshard knows of ``Order``: its strategy, tables, databases."""
+        return sharded_model(self.Order)
+
+
+def declare_shop(
+    count: int = 4,
+    *,
+    key: str | tuple[str, ...] = ("id", "user_id"),
+    strategy: Any = None,
+    databases: int | Mapping[str, Sequence[int]] = 1,
+    fan_out: bool = True,
+    ids: Snowflake = IDS,
+) -> Shop:
+    """A fresh base with ``User``, ``Order`` and ``Item`` (module docstring).
+
+    ``count``, ``key``, ``strategy`` and ``fan_out`` are those of ``Shards``; ``databases``
+    is its mapping, or a number of databases to split the tables over (see
+    :func:`split_databases`). IDs come from ``ids``, with the gene of ``user_id``.
+    """
+    spread = split_databases(count, databases) if isinstance(databases, int) else databases
+
+    def shards() -> Shards:
+        return Shards(count, key=key, strategy=strategy, databases=spread, fan_out=fan_out)
+
+    class Base(DeclarativeBase):
+        pass
+
+    class User(Base):
+        __tablename__ = "users"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        name: Mapped[str] = mapped_column(String(40), default="")
+        orders: Mapped[list[Any]] = relationship(
+            "Order",
+            primaryjoin="User.id == foreign(Order.user_id)",
+            viewonly=True,
+            order_by="Order.id",
+        )
+
+    class Order(Sharded, Base):
+        __tablename__ = "orders"
+        __shards__ = shards()
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+        amount: Mapped[int] = mapped_column(Integer, default=0)
+        note: Mapped[str | None] = mapped_column(String(20))
+
+    class Item(Sharded, Base):
+        __tablename__ = "items"
+        __shards__ = shards()
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        order_id: Mapped[int] = mapped_column(BigInteger)
+        qty: Mapped[int] = mapped_column(Integer, default=1)
+
+    Base.registry.configure()
+    return Shop(Base, User, Order, Item)
+
+
+# --------------------------------------------------------------------------- world
+
+
+@dataclass
+class World:
+    """A declarative base on brand-new databases of one backend (module docstring)."""
+
+    backend: str
+    base: type[DeclarativeBase]
+    engines: dict[str, Engine]
+    """Database key -> engine; ``default`` (when there is one) also holds unsharded tables."""
+    log: SqlLog = field(default_factory=SqlLog)
+    shop: Shop | None = None
+
+    @property
+    def bind(self) -> Engine:
+        """The engine of unsharded tables: ``default``'s, else the first database's."""
+        if DEFAULT_DATABASE in self.engines:
+            return self.engines[DEFAULT_DATABASE]
+        return next(iter(self.engines.values()))
+
+    @property
+    def databases(self) -> dict[str, Engine]:
+        """The ``databases=`` of a :class:`ShardedSession` (every named database)."""
+        return {k: e for k, e in self.engines.items() if k != DEFAULT_DATABASE}
+
+    @property
+    def User(self) -> Any:
+        return self._shop.User
+
+    @property
+    def Order(self) -> Any:
+        return self._shop.Order
+
+    @property
+    def Item(self) -> Any:
+        return self._shop.Item
+
+    @property
+    def _shop(self) -> Shop:
+        if self.shop is None:
+            raise AttributeError("this world was opened on a base, not on a shop")
+        return self.shop
+
+    def session(self, **kw: Any) -> ShardedSession:
+        """A new :class:`ShardedSession` over every database (``kw`` as for Session)."""
+        return ShardedSession(self.bind, databases=self.databases, **kw)
+
+    def rows_by_table(self, model: Any) -> dict[str, set[int]]:
+        """Primary keys in each physical table of ``model``, read with Core from its database."""
+        found: dict[str, set[int]] = {}
+        sharded = sharded_model(model)
+        for shard, table in enumerate(sharded.tables):
+            engine = self.engines.get(sharded.database_of(shard), self.bind)
+            with engine.connect() as conn:
+                found[table.name] = set(conn.execute(sa.select(*table.primary_key)).scalars())
+        return found
+
+
+def _database_keys(metadata: sa.MetaData) -> list[str]:
+    """The databases a metadata's tables need, the one of unsharded tables first.
+
+    Unsharded tables live with the ``bind``: the ``default`` database when some sharded
+    table is in it (or no table names a database), else the first database named.
+    """
+    grouped = tables_by_database(metadata)
+    keys = [k for k in grouped if k is not None and k != DEFAULT_DATABASE]
+    if DEFAULT_DATABASE in grouped or not keys:
+        keys.insert(0, DEFAULT_DATABASE)
+    return keys
+
+
+def open_world(
+    factory: DatabaseFactory,
+    models: Shop | type[DeclarativeBase],
+    backend: str = "sqlite",
+    *,
+    log: SqlLog | None = None,
+) -> World:
+    """Create the databases and tables of ``models`` on ``backend``; ``factory`` drops them.
+
+    ``models`` is a :class:`Shop` or a declarative base. The log is cleared once the
+    tables exist, so it starts with the test's own statements.
+    """
+    shop = models if isinstance(models, Shop) else None
+    base = models.base if isinstance(models, Shop) else models
+    keys = _database_keys(base.metadata)
+    urls = factory(backend, len(keys))
+    world = World(backend, base, {}, log if log is not None else SqlLog(), shop)
+    for key, url in zip(keys, urls):
+        engine = factory.engine(url)
+        world.engines[key] = engine
+        world.log.watch(engine, key)
+    create_all(base.metadata, bind=world.bind, databases=world.databases)
+    world.log.clear()
+    return world
+
+
+class WorldFactory:
+    """``sharded_world(models, backend="sqlite") -> World`` (the conftest fixture)."""
+
+    def __init__(self, factory: DatabaseFactory, log: SqlLog) -> None:
+        self._factory = factory
+        self._log = log
+
+    def __call__(
+        self, models: Shop | type[DeclarativeBase], backend: str = "sqlite"
+    ) -> World:
+        return open_world(self._factory, models, backend, log=self._log)
