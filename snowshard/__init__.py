@@ -12,6 +12,7 @@ from snowshard.clock import ManualClock
 from snowshard.errors import (
     ClockMovedBackwards,
     ClockStalled,
+    ConfigurationError,
     FieldOutOfRange,
     IdTypeError,
     InvalidId,
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_EPOCH",
     "ClockMovedBackwards",
     "ClockStalled",
+    "ConfigurationError",
     "FieldOutOfRange",
     "IdTypeError",
     "InvalidId",

@@ -18,15 +18,11 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from snowshard.errors import SnowshardError
+from snowshard.errors import IssuerTypeError
 from snowshard.layout import Layout
 from snowshard.redaction import redact_url
 
 __all__ = ["IdIssuer", "IssuerTypeError", "check_issuer"]
-
-
-class IssuerTypeError(SnowshardError, TypeError):
-    """An object given as an ID issuer lacks ``layout`` or ``next_id``."""
 
 
 @runtime_checkable

@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from snowshard.errors import (
     ClockMovedBackwards,
     FieldOutOfRange,
+    IssuerError,
+    IssuerUnavailable,
     LayoutError,
-    SnowshardError,
 )
 from snowshard.layout import Layout
 from snowshard.redaction import redact_url, scrub
@@ -82,14 +83,6 @@ local first = v - n
 if first >= size then return {2, tick, 0, now} end
 return {0, tick, first, math.min(n, size - first), now}
 """
-
-
-class IssuerError(SnowshardError):
-    """Redis answered the issuer with an error (a wrong key type, a script error, ...)."""
-
-
-class IssuerUnavailable(IssuerError):
-    """Redis could not be reached, timed out, or refused the credentials."""
 
 
 SequenceStart = Literal["reset", "random"]

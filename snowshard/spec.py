@@ -11,15 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snowshard.errors import SnowshardError
+from snowshard.errors import ShardConfigError
 
 __all__ = ["DEFAULT_DATABASE", "ShardConfigError", "ShardInfo", "ShardSpec"]
 
 DEFAULT_DATABASE = "default"
-
-
-class ShardConfigError(SnowshardError, ValueError):
-    """A sharded table is declared inconsistently (counts, names, databases)."""
 
 
 @dataclass(frozen=True)

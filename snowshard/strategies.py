@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from snowshard.errors import SnowshardError
+from snowshard.errors import StrategyError
 from snowshard.genes import key_to_int
 from snowshard.layout import Layout
 
@@ -45,10 +45,6 @@ __all__ = ["Gene", "Hash", "Mix", "Mod", "ShardStrategy", "Shift", "StrategyErro
 
 
 _MASK64 = (1 << 64) - 1
-
-
-class StrategyError(SnowshardError, ValueError):
-    """A strategy's parameters are invalid (shard count, shift)."""
 
 
 @runtime_checkable

@@ -418,14 +418,19 @@ def snowshard_modules() -> Iterator[ModuleType]:
 
 
 def error_classes() -> dict[str, type[BaseException]]:
-    """Every error class of snowshard: SnowshardError and its subclasses, by name."""
+    """Every public error class of snowshard: SnowshardError and its subclasses, by name.
+
+    A class whose name starts with ``_`` is an implementation detail raised in the place of
+    its public base (e.g. to pass SQLAlchemy's ``DontWrapMixin`` through), so it has no row.
+    """
     for _ in snowshard_modules():
         pass
     found: dict[str, type[BaseException]] = {}
     stack: list[type[BaseException]] = [SnowshardError]
     while stack:
         cls = stack.pop()
-        if cls.__module__ == "snowshard" or cls.__module__.startswith("snowshard."):
+        private = cls.__name__.startswith("_")  # raised as its public base; not listed
+        if not private and (cls.__module__ == "snowshard" or cls.__module__.startswith("snowshard.")):
             assert found.setdefault(cls.__name__, cls) is cls, f"two errors named {cls.__name__}"
         stack.extend(cls.__subclasses__())
     return found

@@ -24,8 +24,6 @@ from __future__ import annotations
 from snowshard.orm.defaults import SnowflakeDefault, snowflake_default, snowflake_pk
 from snowshard.orm.errors import (
     GeneParentError,
-    IdValueError,
-    IdValueTypeError,
     MissingGeneParent,
     NaiveDatetimeError,
     TimeRangeError,
@@ -46,8 +44,6 @@ __all__ = [
     "GeneParentError",
     "IdColumn",
     "IdTime",
-    "IdValueError",
-    "IdValueTypeError",
     "MissingGeneParent",
     "NaiveDatetimeError",
     "SnowflakeDefault",

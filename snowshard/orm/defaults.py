@@ -116,7 +116,7 @@ class SnowflakeDefault:
                 if gene_integer and isinstance(gene, str):
                     gene = to_id(gene)
                 value = self.generator.next_id(gene)
-            except SnowshardError as exc:  # IdValueError too
+            except SnowshardError as exc:  # InvalidId from the column type too
                 raise GeneParentError(
                     f"{self._where(column)} takes its gene from {self.gene_from!r}, whose "
                     f"value {gene!r} is not a usable key: {exc}"

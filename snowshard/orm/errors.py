@@ -13,20 +13,25 @@ from snowshard.errors import IdTypeError, InvalidId, SnowshardError
 
 __all__ = [
     "GeneParentError",
-    "IdValueError",
-    "IdValueTypeError",
     "MissingGeneParent",
     "NaiveDatetimeError",
     "TimeRangeError",
 ]
 
 
-class IdValueError(InvalidId, DontWrapMixin):
-    """A value bound to a snowflake column is negative, above 2**63-1 or not decimal."""
+class _UnwrappedInvalidId(InvalidId, DontWrapMixin):
+    """:class:`~snowshard.InvalidId` raised while binding a value to a snowflake column.
+
+    Private: catch :class:`~snowshard.InvalidId`. This subclass only keeps SQLAlchemy from
+    wrapping the error in ``StatementError``.
+    """
 
 
-class IdValueTypeError(IdTypeError, DontWrapMixin):
-    """A value bound to a snowflake column is not an ``int`` or decimal ``str``."""
+class _UnwrappedIdTypeError(IdTypeError, DontWrapMixin):
+    """:class:`~snowshard.IdTypeError` raised while binding a value to a snowflake column.
+
+    Private: catch :class:`~snowshard.IdTypeError` (see :class:`_UnwrappedInvalidId`).
+    """
 
 
 class GeneParentError(SnowshardError, ValueError, DontWrapMixin):

@@ -11,8 +11,8 @@ APIs usually send IDs as strings)::
 
 Values bound to the column (inserts, updates, ``Order.id == x``, ``IN``) are checked before
 the statement runs: an ``int`` or decimal ``str`` in ``0..2**63-1``; anything else raises
-:class:`~snowshard.orm.errors.IdValueError` or
-:class:`~snowshard.orm.errors.IdValueTypeError`, naming the value.
+:class:`~snowshard.InvalidId` or
+:class:`~snowshard.IdTypeError`, naming the value.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.types import BigInteger, Integer, TypeDecorator, TypeEngine
 
 from snowshard.layout import parse_decimal
-from snowshard.orm.errors import IdValueError, IdValueTypeError
+from snowshard.orm.errors import _UnwrappedIdTypeError, _UnwrappedInvalidId
 
 __all__ = ["MAX_ID", "SnowflakeType", "to_id"]
 
@@ -38,24 +38,24 @@ def to_id(value: object) -> int:
     """``value`` as an ID ``int``: an ``int`` or decimal ``str`` in ``0..2**63-1``.
 
     ``bool``, ``float``, ``Decimal``, ``None`` and other types raise
-    :class:`~snowshard.orm.errors.IdValueTypeError`; negative, too large or non-decimal
-    values raise :class:`~snowshard.orm.errors.IdValueError`.
+    :class:`~snowshard.IdTypeError`; negative, too large or non-decimal
+    values raise :class:`~snowshard.InvalidId`.
     """
     if type(value) is int:  # the hot path: a plain int from a generator
         number = value
     elif isinstance(value, str):
-        number = parse_decimal(value, what="ID", error=IdValueError)
+        number = parse_decimal(value, what="ID", error=_UnwrappedInvalidId)
     elif isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise IdValueTypeError(
+        raise _UnwrappedIdTypeError(
             f"a snowflake ID must be an int or a decimal str, got {type(value).__name__} "
             f"{value!r}"
         )
     else:
         number = operator.index(value)  # type: ignore[arg-type]  # numpy ints etc.
     if number < 0:
-        raise IdValueError(f"snowflake ID {value!r} is negative; IDs are in 0..{MAX_ID}")
+        raise _UnwrappedInvalidId(f"snowflake ID {value!r} is negative; IDs are in 0..{MAX_ID}")
     if number > MAX_ID:
-        raise IdValueError(
+        raise _UnwrappedInvalidId(
             f"snowflake ID {value!r} exceeds 2**63-1 ({MAX_ID}), the largest signed BIGINT"
         )
     return number
@@ -88,7 +88,7 @@ class SnowflakeType(TypeDecorator[int | str]):
     # compiled for ``as_string=False`` would be reused for ``as_string=True``.
     def __init__(self, as_string: bool = False) -> None:
         if not isinstance(as_string, bool):
-            raise IdValueTypeError(f"as_string must be a bool, got {as_string!r}")
+            raise _UnwrappedIdTypeError(f"as_string must be a bool, got {as_string!r}")
         super().__init__()
         self.as_string = as_string
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from snowshard.errors import ConfigurationError
 from snowshard.sharding.errors import ShardingError
 
 __all__ = [
@@ -74,5 +75,5 @@ class TwoPhaseUnavailable(ShardingError):
     """``twophase=True`` with a database that cannot prepare transactions (says how to fix)."""
 
 
-class TwoPhaseConfigError(ShardingError, ValueError):
+class TwoPhaseConfigError(ShardingError, ConfigurationError):
     """A two-phase setting that cannot work (a bad decisions database, grace, ...)."""
