@@ -278,9 +278,14 @@ class Snowflake:
     def _advance(self) -> int:
         """Move to the tick of the next ID and return it; lock held, ``self._seq`` updated."""
         self._seq = (self._cursor >> self._seq_shift) & self._max_seq
-        if self._valid_until_ns <= time.monotonic_ns():
-            self._refresh()
-        tick = self._step()
+        while True:
+            if self._valid_until_ns <= time.monotonic_ns():
+                self._refresh()
+            tick = self._step()
+            # The deadline is checked after the clock was read: a pause between the two
+            # (SIGSTOP, a VM freeze) must not give a lapsed claim a time from after it.
+            if time.monotonic_ns() < self._valid_until_ns:
+                break
         prefix = (tick << self._ts_shift) | self._node
         self._cursor = prefix | (self._seq << self._seq_shift)
         self._tick_top = prefix | (self._max_seq << self._seq_shift)

@@ -292,3 +292,4 @@ def test_importing_the_generator_loads_neither_sqlalchemy_nor_redis() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+

@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from snowshard import Layout, LayoutError, Snowflake, SnowshardError
+from snowshard import ConfigurationError, Layout, Snowflake, SnowshardError
 from snowshard.redaction import redact_sqlalchemy_url, redact_url, scrub, url_secrets
 from snowshard.redis_issuer import IssuerUnavailable, RedisIssuer
 from snowshard.workers import (
@@ -227,11 +227,11 @@ def test_wrong_password_never_shows_the_password(tmp_path: Path, witness: Witnes
 def test_malformed_redis_urls_are_named_errors_without_secrets(
     url: str, secret: str, witness: Witness
 ) -> None:
-    """A Redis URL redis-py cannot parse is a WorkerConfigError/LayoutError showing no secret."""
+    """A Redis URL redis-py cannot parse is a WorkerConfigError/ConfigurationError showing no secret."""
     for call, error in (
         (lambda: RedisLease(url), WorkerConfigError),
         (lambda: join_cluster(url), WorkerConfigError),
-        (lambda: RedisIssuer(url), LayoutError),
+        (lambda: RedisIssuer(url), ConfigurationError),
     ):
         caught = witness.fails(call, error)
         assert "invalid Redis URL redis://:***@127.0.0.1" in str(caught)
@@ -246,12 +246,9 @@ def test_working_redis_messages_hide_the_password(tmp_path: Path, witness: Witne
         urls = (f"redis://:{PW}@{host_port}/0", f"redis://{host_port}/0?password={PW}")
         for number, url in enumerate(urls):
             prefix = f"w{number}"
-            client = redis.Redis.from_url(server.url)
-            try:
-                client.set(f"{prefix}:ready", 0)
-            finally:
-                client.close()
-            leases = [RedisLease(url, TWO, key_prefix=prefix) for _ in range(3)]
+            leases = [
+                RedisLease(url, TWO, key_prefix=prefix, ttl=1.0, clock_skew=0.1) for _ in range(3)
+            ]
             try:
                 assert {lease.claim(lambda: 0).worker for lease in leases[:2]} == {0, 1}
                 witness.look(*leases)
@@ -338,7 +335,9 @@ def test_working_database_messages_hide_the_password(
     """On PostgreSQL with PW in the query, repr and the all-IDs-leased error mask it."""
     create_table(database_factory.engine(pg_database_url))
     url = f"{pg_database_url}?password={PW}"
-    leases = [DatabaseLease(url, TWO, namespace="redaction") for _ in range(3)]
+    leases = [
+        DatabaseLease(url, TWO, namespace="redaction", ttl=1.0, clock_skew=0.1) for _ in range(3)
+    ]
     try:
         assert {lease.claim(lambda: 0).worker for lease in leases[:2]} == {0, 1}
         witness.look(*leases)

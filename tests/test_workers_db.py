@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from snowshard import Layout, Snowflake
+from snowshard import Layout, Snowflake, WorkerIdError
 from snowshard.workers import (
     DatabaseLease,
     LeaseBackendError,
@@ -19,6 +21,7 @@ from snowshard.workers import (
 from tests.backends import DatabaseFactory
 
 SIXTEEN = Layout(worker_bits=4)
+START = 1_800_000_000_000  # a fixed Unix ms for injected clocks (2027-01-15)
 
 
 def test_table_is_exported_on_its_metadata() -> None:
@@ -43,7 +46,7 @@ def test_custom_table_name(db_url: str, database_factory: DatabaseFactory) -> No
     engine = database_factory.engine(db_url)
     table = make_lease_table(sa.MetaData(), "my_leases")
     create_table(engine, table)
-    with DatabaseLease(engine, SIXTEEN, table=table) as lease:
+    with DatabaseLease(engine, SIXTEEN, table=table, ttl=1.0, clock_skew=0.05) as lease:
         assert Snowflake(SIXTEEN, worker=lease).worker == 0
         with engine.connect() as conn:
             assert conn.execute(sa.select(table.c.holder)).scalar_one() == lease.holder
@@ -53,9 +56,9 @@ def test_namespaces_are_independent(db_url: str, database_factory: DatabaseFacto
     """Leases in different namespaces of one table both get worker 0."""
     engine = database_factory.engine(db_url)
     create_table(engine)
-    with DatabaseLease(engine, namespace="dc-a") as a, DatabaseLease(
-        engine, namespace="dc-b"
-    ) as b:
+    with DatabaseLease(
+        engine, namespace="dc-a", ttl=1.0, clock_skew=0.05
+    ) as a, DatabaseLease(engine, namespace="dc-b", ttl=1.0, clock_skew=0.05) as b:
         assert (a.claim(lambda: 0).worker, b.claim(lambda: 0).worker) == (0, 0)
 
 
@@ -64,7 +67,7 @@ def test_concurrent_claims_get_distinct_ids(db_url: str, database_factory: Datab
     engine = database_factory.engine(db_url, pool_size=20)
     create_table(engine)
     for round_ in range(2):  # first round inserts rows, second reuses released ones
-        leases = [DatabaseLease(engine, SIXTEEN) for _ in range(16)]
+        leases = [DatabaseLease(engine, SIXTEEN, ttl=1.0, clock_skew=0.05) for _ in range(16)]
         got: list[int] = []
         errors: list[BaseException] = []
         barrier = threading.Barrier(16)
@@ -121,3 +124,68 @@ def test_database_url_password_is_hidden() -> None:
         lease.close()
     finally:
         engine.dispose()
+
+
+def test_new_claim_waits_ttl_plus_clock_skew(
+    db_url: str, database_factory: DatabaseFactory
+) -> None:
+    """A table cannot prove that no earlier holder still issues: the first ID waits."""
+    create_table(database_factory.engine(db_url))
+    start = time.monotonic()
+    with DatabaseLease(db_url, SIXTEEN, ttl=0.4, clock_skew=0.3) as lease:
+        Snowflake(SIXTEEN, worker=lease).next_id()
+        waited = time.monotonic() - start
+    assert 0.7 <= waited <= 3.0
+
+
+def test_renewal_after_the_deadline_is_fenced(database_factory: DatabaseFactory) -> None:
+    """A holder whose renewals failed past its deadline waits ttl + clock_skew on success."""
+    url = database_factory("sqlite")[0]
+    engine = database_factory.engine(url)
+    create_table(engine)
+
+    def rename(old: str, new: str) -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {old} RENAME TO {new}")
+
+    with DatabaseLease(engine, SIXTEEN, ttl=0.4, clock_skew=0.3) as lease:
+        generator = Snowflake(SIXTEEN, worker=lease)
+        rename("snowshard_worker_leases", "moved")  # renewals now fail
+        deadline = time.monotonic() + 3
+        while lease.worker is not None:  # until the deadline passes
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        rename("moved", "snowshard_worker_leases")  # the row is still ours
+        mended = time.monotonic()
+        while True:
+            try:
+                generator.next_id()
+                break
+            except WorkerIdError:
+                assert time.monotonic() < mended + 4
+                time.sleep(0.01)
+        assert time.monotonic() - mended >= 0.7 - 0.05
+
+
+def test_clock_read_that_outlives_the_lease_deadline_is_not_used(tmp_path: Path) -> None:
+    """The generator: a pause between reading the clock and issuing that outlives the
+    claim's deadline makes it read the clock again under a renewed claim."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'leases.sqlite3'}")
+    create_table(engine)
+    caller = threading.get_ident()
+    now = [START]
+    pause = threading.Event()
+
+    def clock() -> int:  # each read by the caller after the pause is 1 s later
+        if threading.get_ident() == caller and pause.is_set():
+            if now[0] == START:
+                time.sleep(1.2)  # the claim's deadline (0.9 ttl) passes during this read
+            now[0] += 1000
+        return now[0]
+
+    with DatabaseLease(engine, ttl=1.0, clock_skew=0.0) as lease:
+        generator = Snowflake(worker=lease, clock=clock)
+        pause.set()
+        value = generator.next_id()
+    engine.dispose()
+    assert generator.layout.parse(value).unix_ms == START + 2000  # the read after the pause

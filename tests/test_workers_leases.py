@@ -1,7 +1,9 @@
 """The lease contract, run over every store: Redis, SQLite, PostgreSQL and MariaDB.
 
 Each test gets a fresh store (a Redis key prefix or a new database with the lease table);
-leases are closed afterwards. TTLs are short (0.3-1 s) so the suite stays fast.
+leases are closed afterwards. TTLs are short (0.3-1 s) and ``clock_skew`` is 0.05 s (one
+host) so the suite stays fast; the Redis namespace starts in a settled era, as one in
+long use would, while every new claim on a table waits ``ttl + clock_skew``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from snowshard.workers import (
 from tests.backends import DatabaseFactory, RedisNamespace
 
 TWO = Layout(worker_bits=1)  # workers 0 and 1
+SKEW = 0.05  # clock_skew of the leases: one host
 START = 1_800_000_000_000  # a fixed Unix ms for injected clocks (2027-01-15)
 
 STORES = [
@@ -64,8 +67,12 @@ def store(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> 
         prefix = ns.prefix + "leases"
         client = ns.client
 
+        run_id = client.info("server")["run_id"]
+        client.set(f"{prefix}:era", f"{run_id}:0")  # settled long ago: claims are usable now
+
         def new(layout: Layout | None = None, **kwargs: Any) -> Lease:
             kwargs.setdefault("ttl", 1.0)
+            kwargs.setdefault("clock_skew", SKEW)
             lease = RedisLease(ns.url, layout, key_prefix=prefix, **kwargs)
             leases.append(lease)
             return lease
@@ -85,13 +92,13 @@ def store(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> 
         saved: list[bytes] = []
 
         def break_store() -> None:
-            saved.append(client.get(f"{prefix}:ready"))
-            client.set(f"{prefix}:ready", "not-a-number")  # acquisitions now fail...
-            for key in client.scan_iter(match=f"{prefix}:lease:*"):
-                client.set(key, "not-a-lease", keepttl=True)  # ...and so do renewals
+            saved.append(client.get(f"{prefix}:era"))
+            client.delete(f"{prefix}:era")
+            client.hset(f"{prefix}:era", "x", "1")  # a hash: every script now fails
 
         def mend_store() -> None:
-            client.set(f"{prefix}:ready", saved.pop())
+            client.delete(f"{prefix}:era")
+            client.set(f"{prefix}:era", saved.pop())
 
         yield Store(kind, new, high_water, plant, steal, break_store, mend_store)
     else:
@@ -102,6 +109,7 @@ def store(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> 
 
         def new(layout: Layout | None = None, **kwargs: Any) -> Lease:
             kwargs.setdefault("ttl", 1.0)
+            kwargs.setdefault("clock_skew", SKEW)
             lease = DatabaseLease(engine, layout, **kwargs)
             leases.append(lease)
             return lease
@@ -250,7 +258,14 @@ def test_stolen_lease_is_not_used_after_its_deadline(store: Store) -> None:
     lease = store.new(TWO, ttl=0.4)
     generator = Snowflake(TWO, worker=lease)
     store.steal(0)
-    wait_until(lambda: TWO.parse(generator.next_id()).worker == 1, timeout=2.0)
+
+    def on_worker_1() -> bool:
+        try:
+            return TWO.parse(generator.next_id()).worker == 1
+        except LeaseLost:  # the new claim's fence (tables): not usable yet
+            return False
+
+    wait_until(on_worker_1, timeout=3.0)
     assert lease.worker == 1
 
 

@@ -16,8 +16,15 @@ already has, so Redis stays optional. One row per (namespace, worker ID)::
 
 Expiry is judged by the database's clock alone, never by the clients', so hosts whose
 clocks disagree cannot both hold a worker ID. Taking a free row is a conditional ``UPDATE``
-on its ``version``; adding a row is an ``INSERT`` that the primary key makes exclusive.
-Every statement runs in its own short transaction.
+on its ``version``; adding a row is an ``INSERT`` that the primary key makes exclusive;
+renewing is an ``UPDATE`` on the holder's token, which fails when the row is missing or
+names another holder. Every statement runs in its own short transaction.
+
+A table gives no proof that it was not restored from an older copy, or emptied, while
+holders ran (a restored "released" row looks like a current one), so every new claim is
+fenced: its first ID comes ``ttl + clock_skew`` after the claim (time to first ID; choose a
+short ``ttl``, 2-5 s, where start-up time matters). The same goes for a renewal sent after
+the claim's deadline had passed. See :mod:`snowshard.workers.lease` for the argument.
 
 A holder frozen *inside* one of those transactions (``SIGSTOP``, a VM pause: the window is
 a round trip every ``renew_every``) keeps its row locked, or the whole file with SQLite, and
@@ -126,7 +133,9 @@ class DatabaseLease(Lease):
         (one per datacenter ID, for instance); at most 64 characters.
     :param table: the lease table (default :data:`worker_leases`); it must exist.
 
-    See :class:`~snowshard.workers.lease.Lease` for ``ttl``, renewal, deadlines and fork.
+    See :class:`~snowshard.workers.lease.Lease` for ``ttl``, ``clock_skew``, renewal,
+    deadlines, fences and fork. Time to first ID: ``ttl + clock_skew`` (every new claim is
+    fenced; see the module docstring).
     """
 
     def __init__(
@@ -139,8 +148,11 @@ class DatabaseLease(Lease):
         ttl: float = 10.0,
         renew_every: float | None = None,
         margin: float | None = None,
+        clock_skew: float = 1.0,
     ) -> None:
-        super().__init__(layout, ttl=ttl, renew_every=renew_every, margin=margin)
+        super().__init__(
+            layout, ttl=ttl, renew_every=renew_every, margin=margin, clock_skew=clock_skew
+        )
         if not isinstance(namespace, str) or not 0 < len(namespace) <= 64:
             raise WorkerConfigError(
                 f"namespace must be a str of 1..64 characters, got {namespace!r}"
@@ -249,7 +261,7 @@ class DatabaseLease(Lease):
                         # It died or lapsed holding the ID: it may have issued up to its
                         # deadline, ttl past its last report, never after its expiry.
                         floor = max(floor + int(row.ttl_ms), int(row.expires_at_ms))
-                    return Grant(int(row.worker_id), floor, sent)
+                    return Grant(int(row.worker_id), floor, sent, self._fence_ms)
         if rows:
             return None  # others took them first: look again
         with self._engine.connect() as conn:
@@ -270,7 +282,7 @@ class DatabaseLease(Lease):
                 conn.execute(insert)
         except IntegrityError:
             return None  # another process inserted it first
-        return Grant(missing, 0, sent)
+        return Grant(missing, 0, sent, self._fence_ms)
 
     def _exhausted(self) -> WorkerIdsExhausted:
         t = self.table.c
@@ -296,7 +308,7 @@ class DatabaseLease(Lease):
         t = self.table.c
         return sa.case((t.high_water_ms < high_water_ms, high_water_ms), else_=t.high_water_ms)
 
-    def _renew(self, worker: int, high_water_ms: int) -> bool:
+    def _renew(self, worker: int, high_water_ms: int) -> int | None:
         t = self.table.c
         renew = (
             sa.update(self.table)
@@ -308,7 +320,7 @@ class DatabaseLease(Lease):
             )
         )
         with self._engine.begin() as conn:
-            return conn.execute(renew).rowcount == 1
+            return 0 if conn.execute(renew).rowcount == 1 else None
 
     def _release(self, worker: int, high_water_ms: int) -> None:
         t = self.table.c

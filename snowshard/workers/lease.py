@@ -1,4 +1,4 @@
-"""Leased worker IDs: the part every lease store shares (timing, renewal, fork, exit).
+"""Leased worker IDs: the part every lease store shares (timing, fencing, renewal, fork).
 
 A :class:`Lease` holds one worker ID in a store (Redis: :class:`~snowshard.workers.RedisLease`,
 a SQL table: :class:`~snowshard.workers.DatabaseLease`) for ``ttl`` seconds at a time and
@@ -10,27 +10,79 @@ generator's :class:`~snowshard.workers.base.WorkerLease` protocol::
     ...
     lease.close()                              # or `with lease:`; also done at exit
 
-The rules that keep IDs unique:
+**The guarantee.** Whatever the store loses (a restart from an older snapshot, a flush, a
+failover to a replica missing the latest writes, a table restored from an older copy, rows
+deleted), however long it is unreachable, and however long a holder is paused, no two live
+generators issue the same ID. Assumptions:
 
-* **Deadline.** A claim is valid until ``t0 + ttl - margin`` on this process's monotonic
-  clock, where ``t0`` is read *before* the request that took or renewed the lease was sent,
-  so the store's own expiry is always later. The generator stops issuing IDs at that
-  deadline unless a renewal moved it; when renewals fail, ``next_id`` raises a
-  :class:`~snowshard.WorkerIdError` until a lease is held again (maybe another worker ID).
-  A process paused past its TTL (``SIGSTOP``, a VM freeze) finds its deadline passed when
-  it wakes and must renew or re-acquire before the next ID.
-* **High-water mark.** Each renewal stores the generator's last issued time (Unix ms), and
-  a release stores its final value. The next holder of that worker ID issues only after it
-  (the claim's ``floor_unix_ms``), so a process restarted on a host whose wall clock was
-  set back cannot reissue IDs its predecessor already issued. When the previous holder did
-  not release the lease (it crashed, hung or lost its store), it may have issued IDs until
-  its deadline: the floor is then the later of its high water + its TTL and its lease's
-  expiry (store clock).
-* **Fork.** A child process forked from a holder drops the parent's lease without releasing
-  it and takes its own (a new worker ID) at its next ID.
-* **One generator per lease.** A generator attaches itself to its lease when it is built
-  (:meth:`Lease.attach`); a second generator built on the same lease while the first lives
-  gets :class:`~snowshard.WorkerIdError`: two generators on one worker ID duplicate IDs.
+* **A.** monotonic clocks (of every holder, and the store's clock while it runs) advance at
+  rates within ``margin / (2 * ttl)`` of each other (5 % by default; real clocks: ppm); the
+  store's clock is not stepped while leases run (its lease expiry depends on it anyway);
+* **B.** the wall clocks of the generators' hosts differ by at most ``clock_skew`` seconds
+  minus the generator's ``max_borrow_ms`` (100 ms by default);
+* **C.** every lease of one namespace has the same ``ttl`` and ``clock_skew``; only this code
+  writes the store's keys or rows (a loss may wipe or roll them back: that is the point);
+* **D.** the store never evicts lease keys on its own (Redis: ``maxmemory-policy
+  noeviction``).
+
+The rules:
+
+1. **Deadline.** A claim is confirmed by a request sent at ``t0`` (this process's monotonic
+   clock, read before sending) that took the lease or renewed it by compare-and-set (it
+   fails, and never re-creates the lease, when the key or row is missing or names another
+   holder). The claim is valid until ``t0 + ttl - margin``; the store keeps the lease until
+   ``ttl`` after it saw the request, which is later. The generator reads the clock for an
+   ID's time and *then* checks the deadline, so every ID's time was read before the
+   deadline, even when the process was paused in between (``SIGSTOP``, a VM freeze). When
+   renewals fail, ``next_id`` raises :class:`~snowshard.WorkerIdError` from the deadline
+   on, until a lease is usable again.
+2. **Fence.** A claim the store cannot prove exclusive becomes *usable* only ``ttl +
+   clock_skew`` after it was confirmed (the *fence*). Until then the holder keeps it,
+   renews it, and issues nothing under it. A holder that believed it held the same worker ID
+   before the loss was confirmed before the loss, so by A it stopped at most ``ttl -
+   margin`` after it, before the fence ends; by B its IDs' times are below every time the
+   new holder reads after the fence. What is provable depends on the store:
+
+   * *Redis* keeps a continuity marker, ``<prefix>:era`` = the server's ``run_id`` and the
+     time (Redis clock) from which the era it opened is settled. Every script reads the
+     current ``run_id`` (``INFO``) first: a marker that is missing (a flush, a failover to an
+     empty replica, a restart without persistence) or names another ``run_id`` (a restart,
+     from any snapshot, or a failover: every server process has its own) means the data may
+     be older than what holders were told. The script then writes a new marker settled
+     ``ttl + clock_skew`` from now, and every claim confirmed before that, taken or renewed,
+     is fenced until then. After it, a key's presence is the truth again: a holder confirmed
+     before the loss has stopped, and within one era ``SET NX`` and compare-and-set renewal
+     keep holders apart. So in the common case (no loss in the last ``ttl + clock_skew``)
+     a claim is usable at once. A restored "released" record proves nothing, and is not
+     used as proof: only the marker is.
+   * *A SQL table* has no such marker: a table restored from an older copy is
+     indistinguishable from the current one. So every new claim of a :class:`DatabaseLease`
+     is fenced, and so is a renewal sent after the claim's deadline passed (the row may
+     have been taken, and then restored to this holder's old row, meanwhile). A renewal sent
+     before the deadline continues a claim that the row has carried since it was confirmed:
+     anyone else taking the row would have had to find it free while it was held.
+     Assumption for this store: losses of the table are single events (one delete, or one
+     restore), at most one per ``ttl + clock_skew``.
+
+3. **High-water mark.** Each renewal stores the generator's last issued time (Unix ms), and
+   a release stores its final value. The next holder of that worker ID issues only after it
+   (the claim's ``floor_unix_ms``), so a process restarted on a host whose wall clock was
+   set back cannot reissue IDs its predecessor already issued. When the previous holder did
+   not release the lease (it crashed, hung or lost its store), it may have issued IDs until
+   its deadline: the floor is then the later of its high water + its TTL and its lease's
+   expiry (store clock). Together with the generator's own last time, a holder never issues
+   a time at or below the highest one it can know of.
+4. **Fork.** A child process forked from a holder drops the parent's lease without releasing
+   it and takes its own (a new worker ID) at its next ID.
+5. **One generator per lease.** A generator attaches itself to its lease when it is built
+   (:meth:`Lease.attach`); a second generator built on the same lease while the first lives
+   gets :class:`~snowshard.WorkerIdError`: two generators on one worker ID duplicate IDs.
+
+**Time to first ID.** ``Snowflake(worker=lease)`` returns once a claim is usable: at once
+on Redis whose era is settled; after ``ttl + clock_skew`` on Redis within that long of a
+loss (or a namespace's first use), and always with :class:`DatabaseLease`. After a fault,
+``next_id`` raises :class:`~snowshard.workers.LeaseLost` until the new claim's fence ends:
+at most ``ttl + clock_skew`` after the store answers again.
 """
 
 from __future__ import annotations
@@ -51,7 +103,7 @@ from snowshard.redaction import redact_url, scrub
 from snowshard.workers.base import WorkerClaim
 from snowshard.workers.errors import LeaseBackendError, LeaseLost, WorkerConfigError
 
-__all__ = ["Grant", "Lease", "NotYet", "new_holder_token"]
+__all__ = ["Grant", "Lease", "new_holder_token"]
 
 _live: weakref.WeakSet[Lease] = weakref.WeakSet()
 _L = TypeVar("_L", bound="Lease")
@@ -72,14 +124,8 @@ class Grant(NamedTuple):
     sent_ns: int
     """:func:`time.monotonic_ns` just before the request that took the lease was sent: the
     store's expiry is at least ``ttl`` after it."""
-
-
-class NotYet(Exception):
-    """Raised by a store when it may grant worker IDs again only after ``retry_in_ms``."""
-
-    def __init__(self, message: str, retry_in_ms: int) -> None:
-        super().__init__(message)
-        self.retry_in_ms = retry_in_ms
+    wait_ms: int = 0
+    """The fence: ms after the answer before the claim may be used (0: at once)."""
 
 
 class Lease:
@@ -93,7 +139,14 @@ class Lease:
     :param renew_every: seconds between renewals (default ``ttl / 3``, at most ``ttl / 2``).
     :param margin: seconds the local deadline keeps before the store's expiry
         (default ``ttl / 10``), covering clock-rate differences.
+    :param clock_skew: seconds by which the wall clocks of the hosts sharing the store may
+        differ, plus the generator's ``max_borrow_ms`` (default 1 s). A claim the store
+        cannot prove exclusive is used only ``ttl + clock_skew`` after it was confirmed
+        (see the module docstring).
     """
+
+    #: whether the store's answers say when a claim may be used (else new claims are fenced)
+    _proves_continuity = False
 
     #: passwords of the store's URL, scrubbed from driver messages (set by subclasses)
     _secrets: frozenset[str] = frozenset()
@@ -105,9 +158,15 @@ class Lease:
         ttl: float = 10.0,
         renew_every: float | None = None,
         margin: float | None = None,
+        clock_skew: float = 1.0,
     ) -> None:
         self.layout = layout if layout is not None else Layout()
-        for name, value in (("ttl", ttl), ("renew_every", renew_every), ("margin", margin)):
+        for name, value in (
+            ("ttl", ttl),
+            ("renew_every", renew_every),
+            ("margin", margin),
+            ("clock_skew", clock_skew),
+        ):
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -128,7 +187,14 @@ class Lease:
                 f"margin must be in [0, ttl - renew_every) = [0, {ttl - renew:g}) seconds, "
                 f"got {guard}"
             )
+        if not 0 <= clock_skew <= 3600:
+            raise WorkerConfigError(
+                f"clock_skew must be in 0..3600 seconds, got {clock_skew}; it bounds how far "
+                "the wall clocks of the hosts sharing the store disagree (NTP: well under 1 s)"
+            )
         self.ttl = float(ttl)
+        self.clock_skew = float(clock_skew)
+        self._fence_ms = round((ttl + clock_skew) * 1000)
         self.renew_every = float(renew)
         self.margin = float(guard)
         self._ttl_ms = max(1, round(ttl * 1000))
@@ -143,21 +209,27 @@ class Lease:
         self._token = new_holder_token()
         self._worker: int | None = None  # last worker granted (maybe lapsed)
         self._deadline_ns = 0  # monotonic; the claim is valid before it
+        self._usable_ns = 0  # monotonic; and from it (the fence; 0: no fence)
         self._floor_ms = 0
         self._high_water: Callable[[], int] | None = None
         self._generator: weakref.ref[object] | None = None  # the attached generator
         self._failure: WorkerIdError | None = None
         self._failed_at_ns = 0
+        self._served = False  # a claim was handed out (later ones do not wait out fences)
         self._closed = False
 
     # -- what a store implements ---------------------------------------------------------
 
     def _acquire(self, prefer: int | None, high_water_ms: int) -> Grant:
-        """Take a free worker ID (``prefer`` first); raise WorkerIdsExhausted or NotYet."""
+        """Take a free worker ID (``prefer`` first), with its fence; or WorkerIdsExhausted."""
         raise NotImplementedError
 
-    def _renew(self, worker: int, high_water_ms: int) -> bool:
-        """Extend our lease on ``worker`` and store the high water; False if not ours now."""
+    def _renew(self, worker: int, high_water_ms: int) -> int | None:
+        """Extend our lease on ``worker`` (compare-and-set) and store the high water.
+
+        Returns the fence in ms (0: usable at once), or None if ``worker`` is not ours now
+        (its key or row is missing or names another holder: then nothing is written).
+        """
         raise NotImplementedError
 
     def _release(self, worker: int, high_water_ms: int) -> None:
@@ -183,11 +255,10 @@ class Lease:
 
     @property
     def worker(self) -> int | None:
-        """The worker ID held now, or None (never acquired, lapsed or closed)."""
+        """The worker ID usable now, or None (never acquired, fenced, lapsed or closed)."""
         with self._lock:
-            if self._worker is not None and time.monotonic_ns() < self._deadline_ns:
-                return self._worker
-            return None
+            claim = self._valid_claim()
+            return None if claim is None else claim.worker
 
     @property
     def closed(self) -> bool:
@@ -230,7 +301,10 @@ class Lease:
 
         Called by :class:`~snowshard.Snowflake` at construction, whenever the deadline of
         the claim it holds passes, and after ``fork()``. Raises a
-        :class:`~snowshard.WorkerIdError` when no lease can be held now.
+        :class:`~snowshard.WorkerIdError` when no lease can be held now. Until a lease has
+        handed out a claim, a fenced claim is waited out here (at most ``ttl +
+        clock_skew``: the time to first ID); later, a fenced claim raises
+        :class:`~snowshard.workers.LeaseLost`, so ``next_id`` never blocks for long.
         """
         if os.getpid() != self._pid:
             self._after_fork()
@@ -240,20 +314,33 @@ class Lease:
             self._high_water = high_water
             valid = self._valid_claim()
             if valid is not None:
+                self._served = True
                 return valid
-            first = self._worker is None and self._failure is None and self._thread is None
-        waited = 0.0
+            first = not self._served
+            fenced = self._fenced_until()
+        # Only the first claim (at the generator's construction) waits out a fence; later
+        # ones raise, so next_id never blocks for long. The thread keeps renewing meanwhile.
+        give_up = time.monotonic_ns() + round((self.ttl + self.clock_skew + 2.0) * 1e9)
         while True:
-            try:
-                return self._hold(throttle=not first)
-            except NotYet as exc:
-                # Only the first claim (at the generator's construction) waits; later ones
-                # raise so next_id never blocks for long. The thread keeps trying.
-                delay = exc.retry_in_ms / 1000
-                if not first or waited + delay > self.ttl + 2.0:
-                    raise LeaseLost(str(exc)) from None
-                time.sleep(delay)
-                waited += delay
+            if fenced is None:
+                got = self._hold(throttle=not first)
+                if isinstance(got, WorkerClaim):
+                    self._served = True
+                    return got
+                fenced = got
+            if not first:
+                raise self._fence_error(fenced)
+            now = time.monotonic_ns()
+            if fenced > give_up:
+                raise self._fence_error(fenced)
+            time.sleep(max(0, fenced - now) / 1e9)
+            with self._lock:
+                self._check_open()
+                valid = self._valid_claim()
+                if valid is not None:
+                    self._served = True
+                    return valid
+                fenced = self._fenced_until()
 
     def close(self) -> None:
         """Stop renewing and release the worker ID (storing the high water). Idempotent."""
@@ -287,7 +374,8 @@ class Lease:
         self.close()
 
     def __repr__(self) -> str:
-        held = self._worker if self._deadline_ns > time.monotonic_ns() else None
+        now = time.monotonic_ns()
+        held = self._worker if self._usable_ns <= now < self._deadline_ns else None
         return redact_url(
             f"{type(self).__name__}({self._describe()}, ttl={self.ttl:g}s, worker={held}, "
             f"holder={self._token!r})"
@@ -304,10 +392,27 @@ class Lease:
             )
 
     def _valid_claim(self) -> WorkerClaim | None:
-        """The claim if one is valid now; lock held."""
-        if self._worker is not None and time.monotonic_ns() < self._deadline_ns:
+        """The claim if one is usable now; lock held."""
+        now = time.monotonic_ns()
+        if self._worker is not None and self._usable_ns <= now < self._deadline_ns:
             return WorkerClaim(self._worker, self._deadline_ns, self._floor_ms)
         return None
+
+    def _fenced_until(self) -> int | None:
+        """When the claim held but fenced becomes usable (monotonic ns), else None; lock held."""
+        now = time.monotonic_ns()
+        if self._worker is not None and now < self._usable_ns and now < self._deadline_ns:
+            return self._usable_ns
+        return None
+
+    def _fence_error(self, usable_ns: int) -> LeaseLost:
+        left = max(0, usable_ns - time.monotonic_ns()) // 1_000_000
+        return LeaseLost(
+            f"worker ID {self._worker} is leased from {self._describe()} but usable only in "
+            f"{left} ms: the store cannot prove that no earlier holder still issues under it "
+            f"(after a store loss, or for any new claim on a table), so the claim waits ttl + "
+            f"clock_skew ({self.ttl + self.clock_skew:g} s) from when it was granted"
+        )
 
     def _high_water_ms(self) -> int:
         source = self._high_water
@@ -318,8 +423,9 @@ class Lease:
         except Exception:  # noqa: BLE001 - a broken callback must not stop renewals
             return 0
 
-    def _hold(self, *, throttle: bool) -> WorkerClaim:
-        """Renew or acquire (called when no claim is valid) and return the new claim."""
+    def _hold(self, *, throttle: bool) -> WorkerClaim | int:
+        """Renew or acquire (called when no claim is valid): the new claim, or when it is
+        fenced, the monotonic ns it becomes usable at."""
         if throttle:
             with self._lock:
                 self._raise_if_recently_failed()
@@ -330,6 +436,9 @@ class Lease:
                 valid = self._valid_claim()
                 if valid is not None:
                     return valid  # the renewal thread got there first
+                fenced = self._fenced_until()
+                if fenced is not None:
+                    return fenced
                 if throttle:
                     self._raise_if_recently_failed()
             for _ in range(3):
@@ -341,6 +450,10 @@ class Lease:
                     if valid is not None:
                         self._start_thread()
                         return valid
+                    fenced = self._fenced_until()
+                    if fenced is not None:
+                        self._start_thread()  # keeps the fenced claim renewed
+                        return fenced
                     failure = self._failure
                 if failure is not None:
                     raise type(failure)(str(failure))
@@ -364,23 +477,21 @@ class Lease:
     def _step(self) -> None:
         """One round with the store: renew the lease held, or acquire one; _io held.
 
-        Records the outcome in the state (a new deadline, or ``_failure``). Raises only
-        :class:`NotYet` (recorded as a failure too; nothing is held).
+        Records the outcome in the state (a new deadline and fence, or ``_failure``).
         """
         with self._lock:
             worker = self._worker
+            deadline = self._deadline_ns
             if self._closed:
                 return
         high_water = self._high_water_ms()
         try:
             started = time.monotonic_ns()
-            renewed = worker is not None and self._renew(worker, high_water)
-            grant = None if renewed else self._acquire(worker, high_water)
-        except NotYet as exc:
-            self._fail(LeaseLost(str(exc)))  # next_id then fails fast until the next try
-            with self._lock:
-                self._deadline_ns = min(self._deadline_ns, time.monotonic_ns())
-            raise
+            lapsed = started >= deadline
+            wait_ms = None if worker is None else self._renew(worker, high_water)
+            if wait_ms is not None and lapsed and not self._proves_continuity:
+                wait_ms = max(wait_ms, self._fence_ms)  # the row may have changed hands
+            grant = None if wait_ms is not None else self._acquire(worker, high_water)
         except WorkerIdError as exc:
             self._fail(exc)
             return
@@ -395,11 +506,16 @@ class Lease:
                 )
             )
             return
+        answered = time.monotonic_ns()
         with self._lock:
             if grant is not None:
                 self._worker = grant.worker
                 self._floor_ms = grant.floor_unix_ms
                 started = grant.sent_ns
+                wait_ms = grant.wait_ms
+                self._usable_ns = 0
+            fence = answered + (wait_ms or 0) * 1_000_000 if wait_ms else 0
+            self._usable_ns = max(self._usable_ns, fence)
             self._deadline_ns = started + self._valid_ns
             self._failure = None
 
@@ -436,8 +552,6 @@ class Lease:
                     if stop.is_set():
                         return
                     self._step()
-            except NotYet:
-                continue
             except Exception:  # noqa: BLE001, S112 - never die: the next round retries
                 continue
 
@@ -453,8 +567,10 @@ class Lease:
         self._token = new_holder_token()
         self._worker = None
         self._deadline_ns = 0
+        self._usable_ns = 0
         self._floor_ms = 0
         self._failure = None
+        self._served = False
         self._reset_store_after_fork()
 
 

@@ -8,18 +8,26 @@ Keys under ``key_prefix`` (default ``snowshard:workers``), for each worker ID ``
     a hash kept forever: ``hw`` (the high-water mark of its holders, Unix ms), ``clean``
     (``1`` once the last holder released the lease), ``ttl`` (its TTL in ms), ``holder``
     (its token), ``exp`` (when its lease expires or expired, Redis clock, Unix ms).
-``<prefix>:ready``
-    Unix ms (Redis clock) from which worker IDs may be granted; see below.
+``<prefix>:era``
+    the continuity marker, ``<run_id>:<settled>``: the ``run_id`` of the Redis server
+    process that wrote it, and the Unix ms (Redis clock) from which claims are usable at
+    once.
 
 Every step is one Lua script, so "find a free ID and take it" is atomic: a free ID is one
-whose lease key is absent (never taken, released or expired), so IDs are reused.
+whose lease key is absent (never taken, released or expired), so IDs are reused. Renewal
+is compare-and-set: it fails, and writes nothing, when the key is missing or holds another
+token.
 
-A Redis restarted without persistence forgets every lease while their holders still run
-until their deadlines. When ``<prefix>:ready`` is missing, the first client reads the
-server's uptime and, if it is shorter than ``ttl`` + 1 s, grants nothing until then, so no
-lease that may still be live is handed out twice. A Redis that evicts keys
-(``maxmemory-policy`` other than ``noeviction``) can drop lease keys: do not use one.
-Keys are computed inside the scripts, so Redis Cluster is not supported.
+Each acquire and renew script first compares ``<prefix>:era`` with the server's current
+``run_id`` (``INFO server``). Missing (a ``FLUSHALL``, a restart without persistence, a
+failover to an empty replica) or naming another server process (a restart from any
+snapshot or append-only file, a failover to any replica): the keys may be older than what
+holders were told, so the script writes a new marker settled ``ttl + clock_skew`` from now,
+and every claim confirmed before that is fenced until then (see
+:mod:`snowshard.workers.lease` for why that is enough). A namespace's first use counts as
+such a loss. A Redis that evicts keys (``maxmemory-policy`` other than ``noeviction``) can
+drop lease keys unnoticed: do not use one. ``INFO`` must be callable from scripts (it is,
+unless renamed). Keys are computed inside the scripts, so Redis Cluster is not supported.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from snowshard.layout import Layout
 from snowshard.redaction import scrub
 from snowshard.workers.errors import WorkerConfigError, WorkerIdsExhausted
-from snowshard.workers.lease import Grant, Lease, NotYet
+from snowshard.workers.lease import Grant, Lease
 from snowshard.workers.redis_connection import connect
 
 if TYPE_CHECKING:
@@ -41,23 +49,38 @@ __all__ = ["DEFAULT_COUNTER_KEY", "DEFAULT_KEY_PREFIX", "RedisLease", "join_clus
 DEFAULT_KEY_PREFIX = "snowshard:workers"
 DEFAULT_COUNTER_KEY = "snowshard:worker-counter"
 
-_ACQUIRE = """
-local prefix, token = ARGV[1], ARGV[2]
-local ttl, count, prefer = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ready = redis.call('GET', KEYS[1])
-if not ready then return {-3} end
+# Sets `now` (Redis clock, Unix ms) and `wait` (ms until this era is settled: the fence of
+# any claim confirmed now). KEYS[1] is the marker, ARGV[1] the fence in ms (ttl + skew).
+_ERA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now < tonumber(ready) then return {-2, tonumber(ready) - now} end
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local marker = redis.call('GET', KEYS[1])
+local settled = nil
+if marker then
+  local r, s = string.match(marker, '^(%x+):(%d+)$')
+  if r == run then settled = tonumber(s) end
+end
+if not settled then
+  settled = now + tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], run .. ':' .. string.format('%d', settled))
+end
+local wait = 0
+if settled > now then wait = settled - now end
+"""
+
+_ACQUIRE = _ERA + """
+local prefix, token = ARGV[2], ARGV[3]
+local ttl, count, prefer = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local function take(w)
   if redis.call('SET', prefix .. ':lease:' .. w, token, 'NX', 'PX', ttl) then
     local info = prefix .. ':info:' .. w
     local h = redis.call('HMGET', info, 'hw', 'clean', 'ttl', 'holder', 'exp')
     local hw = tonumber(h[1] or '0')
-    if tonumber(ARGV[6]) > hw then hw = tonumber(ARGV[6]) end
-    redis.call('HSET', info, 'clean', '0', 'ttl', ARGV[3], 'holder', token,
+    if tonumber(ARGV[7]) > hw then hw = tonumber(ARGV[7]) end
+    redis.call('HSET', info, 'clean', '0', 'ttl', ARGV[4], 'holder', token,
                'exp', string.format('%d', now + ttl), 'hw', string.format('%d', hw))
-    return {w, h[1] or '0', h[2] or '1', h[3] or '0', h[4] or '', h[5] or '0'}
+    return {w, h[1] or '0', h[2] or '1', h[3] or '0', h[4] or '', h[5] or '0', wait}
   end
   return false
 end
@@ -79,17 +102,15 @@ end
 return out
 """
 
-_RENEW = """
-local key, info = ARGV[1] .. ':lease:' .. ARGV[2], ARGV[1] .. ':info:' .. ARGV[2]
-if redis.call('GET', key) ~= ARGV[3] then return 0 end
-redis.call('PEXPIRE', key, ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', info, 'exp', string.format('%d', now + tonumber(ARGV[4])))
-if tonumber(ARGV[5]) > tonumber(redis.call('HGET', info, 'hw') or '0') then
-  redis.call('HSET', info, 'hw', ARGV[5])
+_RENEW = _ERA + """
+local key, info = ARGV[2] .. ':lease:' .. ARGV[3], ARGV[2] .. ':info:' .. ARGV[3]
+if redis.call('GET', key) ~= ARGV[4] then return -1 end
+redis.call('PEXPIRE', key, ARGV[5])
+redis.call('HSET', info, 'exp', string.format('%d', now + tonumber(ARGV[5])))
+if tonumber(ARGV[6]) > tonumber(redis.call('HGET', info, 'hw') or '0') then
+  redis.call('HSET', info, 'hw', ARGV[6])
 end
-return 1
+return wait
 """
 
 _RELEASE = """
@@ -121,8 +142,14 @@ class RedisLease(Lease):
     :param ttl: seconds a lease outlives its holder's last renewal.
     :param timeout: socket timeout for a URL's client (default ``min(ttl / 4, 2)`` s).
 
-    See :class:`~snowshard.workers.lease.Lease` for renewal, deadlines and fork.
+    :param clock_skew: see :class:`~snowshard.workers.lease.Lease`.
+
+    See :class:`~snowshard.workers.lease.Lease` for renewal, deadlines, fences and fork.
+    Time to first ID: at once, or ``ttl + clock_skew`` within that long of a loss of
+    Redis's data (or of the namespace's first use).
     """
+
+    _proves_continuity = True
 
     def __init__(
         self,
@@ -133,16 +160,19 @@ class RedisLease(Lease):
         ttl: float = 10.0,
         renew_every: float | None = None,
         margin: float | None = None,
+        clock_skew: float = 1.0,
         timeout: float | None = None,
     ) -> None:
-        super().__init__(layout, ttl=ttl, renew_every=renew_every, margin=margin)
+        super().__init__(
+            layout, ttl=ttl, renew_every=renew_every, margin=margin, clock_skew=clock_skew
+        )
         if not key_prefix or not isinstance(key_prefix, str):
             raise WorkerConfigError(f"key_prefix must be a non-empty str, got {key_prefix!r}")
         self.key_prefix = key_prefix
         self._client, self._owns_client, self._where, self._secrets = connect(
             redis, timeout=timeout if timeout is not None else min(self.ttl / 4, 2.0)
         )
-        self._ready_key = f"{key_prefix}:ready"
+        self._era_key = f"{key_prefix}:era"
         self._acquire_script = self._client.register_script(_ACQUIRE)
         self._renew_script = self._client.register_script(_RENEW)
         self._release_script = self._client.register_script(_RELEASE)
@@ -152,6 +182,7 @@ class RedisLease(Lease):
 
     def _acquire(self, prefer: int | None, high_water_ms: int) -> Grant:
         args: list[str | int] = [
+            self._fence_ms,
             self.key_prefix,
             self._token,
             self._ttl_ms,
@@ -159,42 +190,18 @@ class RedisLease(Lease):
             -1 if prefer is None else prefer,
             high_water_ms,
         ]
-        for _ in range(3):
-            sent = time.monotonic_ns()
-            reply = self._acquire_script(keys=[self._ready_key], args=args)
-            code = int(reply[0])
-            if code == -3:
-                self._mark_ready()
-                continue
-            if code == -2:
-                raise NotYet(
-                    f"{self._where} started less than ttl + 1 s ago and has no lease records "
-                    f"under {self.key_prefix!r} (a restart without persistence loses them); "
-                    f"worker IDs are granted again in {int(reply[1])} ms, once every lease "
-                    "it may have forgotten has lapsed",
-                    int(reply[1]),
-                )
-            if code == -1:
-                raise self._exhausted(reply)
-            high_water, clean, ttl_ms, previous, expired = (_text(v) for v in reply[1:6])
-            floor = int(high_water)
-            if clean != "1" and previous != self._token:
-                # It died or lapsed holding the ID: it may have issued up to its deadline,
-                # ttl past its last report, and never after its lease expired.
-                floor = max(floor + int(ttl_ms), int(expired))
-            return Grant(code, floor, sent)
-        raise NotYet(f"{self._where}: {self._ready_key!r} keeps disappearing", 100)
-
-    def _mark_ready(self) -> None:
-        """Create ``<prefix>:ready``: now, or later if Redis may have just lost leases."""
-        try:
-            uptime_s = int(self._client.info("server").get("uptime_in_seconds", 0))
-        except Exception:  # noqa: BLE001 - INFO may be disabled: assume a fresh restart
-            uptime_s = 0
-        seconds, micros = self._client.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        wait_ms = max(0, self._ttl_ms + 1000 - uptime_s * 1000)
-        self._client.set(self._ready_key, now_ms + wait_ms, nx=True)
+        sent = time.monotonic_ns()
+        reply = self._acquire_script(keys=[self._era_key], args=args)
+        code = int(reply[0])
+        if code == -1:
+            raise self._exhausted(reply)
+        high_water, clean, ttl_ms, previous, expired = (_text(v) for v in reply[1:6])
+        floor = int(high_water)
+        if clean != "1" and previous != self._token:
+            # It died or lapsed holding the ID: it may have issued up to its deadline,
+            # ttl past its last report, and never after its lease expired.
+            floor = max(floor + int(ttl_ms), int(expired))
+        return Grant(code, floor, sent, int(reply[6]))
 
     def _exhausted(self, reply: list[Any]) -> WorkerIdsExhausted:
         count = int(reply[1])
@@ -211,9 +218,12 @@ class RedisLease(Lease):
             "widen worker_bits"
         )
 
-    def _renew(self, worker: int, high_water_ms: int) -> bool:
-        args: list[str | int] = [self.key_prefix, worker, self._token, self._ttl_ms, high_water_ms]
-        return int(self._renew_script(args=args)) == 1
+    def _renew(self, worker: int, high_water_ms: int) -> int | None:
+        args: list[str | int] = [
+            self._fence_ms, self.key_prefix, worker, self._token, self._ttl_ms, high_water_ms
+        ]
+        wait = int(self._renew_script(keys=[self._era_key], args=args))
+        return None if wait < 0 else wait
 
     def _release(self, worker: int, high_water_ms: int) -> None:
         self._release_script(args=[self.key_prefix, worker, self._token, high_water_ms])

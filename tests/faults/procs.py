@@ -39,8 +39,8 @@ def wall_ms() -> int:
 def make_lease(store: str, target: str, prefix: str, layout: Layout, ttl: float) -> Lease:
     """A lease on Redis (``target`` a redis URL) or a database (``target`` an SQLAlchemy URL)."""
     if store == "redis":
-        return RedisLease(target, layout, key_prefix=prefix, ttl=ttl)
-    return DatabaseLease(target, layout, namespace=prefix, ttl=ttl)
+        return RedisLease(target, layout, key_prefix=prefix, ttl=ttl, clock_skew=0.1)
+    return DatabaseLease(target, layout, namespace=prefix, ttl=ttl, clock_skew=0.1)
 
 
 def lease_generator(

@@ -9,37 +9,69 @@ import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+import redis
+import sqlalchemy as sa
 
 from snowshard import ClockMovedBackwards, Layout, ManualClock, Snowflake
 from snowshard.generator import WorkerClaim
-from snowshard.workers import Lease, WorkerIdsExhausted
+from snowshard.workers import Lease, WorkerIdsExhausted, worker_leases
 from tests.faults.conftest import Child, Target, wall_ms
 
 pytestmark = pytest.mark.slow
 
 TTL = 0.5  # of the leases that a test waits out
 RENEW = TTL / 3
+PAUSE_TTL = 1.5  # a holder paused past it: room for renewals starved by a loaded machine
 CHURN_TTL = 1.0  # 8 busy processes on 2 cores: room for a late renewal
 ONE = Layout(worker_bits=0)  # a single worker ID: whoever holds it excludes everyone else
 
 
-def take_over(target: Target, layout: Layout, timeout: float) -> tuple[Lease, WorkerClaim, str]:
+class TakeOver(NamedTuple):
+    lease: Lease
+    claim: WorkerClaim
+    refusal: str  # the first refusal's message
+    last_refused: float  # time.monotonic() when the last refusal came
+    granted: float  # time.monotonic() when the try that got it began
+
+
+def take_over(target: Target, layout: Layout, timeout: float, ttl: float = TTL) -> TakeOver:
     """Lease the (only) worker ID as soon as it is free: a new lease per try, as a freshly
-    started process would. Returns the lease, its claim and the first refusal's message."""
+    started process would. The claim returns once its fence (if any) has passed."""
     refusal = ""
+    last_refused = 0.0
     deadline = time.monotonic() + timeout
     while True:
-        lease = target.lease(layout, TTL)
+        lease = target.lease(layout, ttl)
+        began = time.monotonic()
         try:
-            return lease, lease.claim(lambda: 0), refusal
+            return TakeOver(lease, lease.claim(lambda: 0), refusal, last_refused, began)
         except WorkerIdsExhausted as exc:
             refusal = refusal or str(exc)
+            last_refused = time.monotonic()
             lease.close()
         if time.monotonic() > deadline:
             pytest.fail(f"the worker ID was not free within {timeout} s")
         time.sleep(0.01)
+
+
+def lease_expiry_ms(target: Target, worker: int) -> int:
+    """When ``worker``'s lease expires, as its holder last set it (store clock, Unix ms)."""
+    if target.store == "redis":
+        with redis.Redis.from_url(target.url) as client:
+            return int(client.hget(f"{target.prefix}:info:{worker}", "exp") or 0)
+    engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            t = worker_leases.c
+            query = sa.select(t.expires_at_ms).where(
+                t.namespace == target.prefix, t.worker_id == worker
+            )
+            return int(conn.execute(query).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def test_eight_processes_churning_leases_issue_no_duplicates(
@@ -80,16 +112,19 @@ def test_killed_holders_id_is_reused_only_after_its_ttl(
     holder.wait_ready()
     time.sleep(0.3)  # it renews at least once
     expires_in = target.expires_in_ms(0) / 1000  # as the store sees it (a renewal may follow)
+    expiry = lease_expiry_ms(target, 0)  # the same, in the store's clock
     killed_at_wall = wall_ms()
     killed_at = time.monotonic()
     holder.kill()
     last_issued = max(value for value, _ in holder.record().ids)
-    _, claim, refusal = take_over(target, ONE, timeout=TTL + 3)
-    waited = time.monotonic() - killed_at
+    taken = take_over(target, ONE, timeout=TTL + 5)
+    claim, refusal = taken.claim, taken.refusal
     assert f":{holder.pid}:" in refusal  # the error named the dead holder
     assert "all 1 worker IDs (0..0)" in refusal
     assert 0 < expires_in <= TTL
-    assert expires_in - 0.02 <= waited <= expires_in + RENEW + 0.5
+    # granted only once its lease expired (store clock), and soon after
+    assert lease_expiry_ms(target, 0) - round(TTL * 1000) >= expiry
+    assert taken.granted - killed_at <= expires_in + RENEW + 0.5
     # the new holder issues only after anything the dead one may have issued
     assert claim.floor_unix_ms > killed_at_wall
     assert claim.floor_unix_ms >= ONE.parse(last_issued).unix_ms
@@ -101,10 +136,10 @@ def test_paused_holder_does_not_issue_under_a_stolen_lease(
     """A holder SIGSTOPped past its TTL loses the ID to another; resumed, it issues nothing."""
     holder = spawn(
         "holder", "hold", "--store", target.store, "--target", target.url,
-        "--prefix", target.prefix, "--ttl", str(TTL), "--worker-bits", "0",
+        "--prefix", target.prefix, "--ttl", str(PAUSE_TTL), "--worker-bits", "0",
     )
     holder.wait_ready()
-    time.sleep(0.2)
+    holder.wait_issued_after(wall_ms(), timeout=10)
     for _ in range(10):
         stopped_at = wall_ms()
         holder.signal(signal.SIGSTOP)
@@ -115,18 +150,23 @@ def test_paused_holder_does_not_issue_under_a_stolen_lease(
         time.sleep(0.03)
     else:
         pytest.fail("the holder always froze holding its lease row's lock")
-    lease, _, refusal = take_over(target, ONE, timeout=TTL + 3)
-    assert refusal  # it was still held right after the pause
-    thief = Snowflake(ONE, worker=lease)
+    taken = take_over(target, ONE, timeout=PAUSE_TTL + 5, ttl=PAUSE_TTL)
+    assert taken.refusal  # it was still held right after the pause
+    thief = Snowflake(ONE, worker=taken.lease)
     thief_ids = []
     for _ in range(200):
         thief_ids.append(thief.next_id())
         time.sleep(0.001)
     holder.signal(signal.SIGCONT)
     resumed_at = wall_ms()
-    for _ in range(400):  # the thief keeps issuing while the first holder is awake again
+    # the thief keeps issuing until the first holder, awake again, has tried and been refused
+    deadline = time.monotonic() + 20
+    while not [wall for wall, _, _ in holder.record().errors if wall >= resumed_at]:
+        assert time.monotonic() < deadline, "the resumed holder never tried to issue"
         thief_ids.append(thief.next_id())
-        time.sleep(0.001)
+        time.sleep(0.005)
+    for _ in range(50):
+        thief_ids.append(thief.next_id())
     holder.finish()
     record = holder.record()
     assert record.ids, "the holder issued IDs before the pause"
@@ -156,7 +196,7 @@ def test_clock_behind_after_a_crash_cannot_repeat_ids(
     assert ONE.parse(max(before)).unix_ms > wall_ms() + 1500  # it really ran ahead
 
     # default max_backwards_ms (1 s): the successor refuses rather than repeat
-    lease, claim, _ = take_over(target, ONE, timeout=TTL + 3)
+    lease, claim, *_ = take_over(target, ONE, timeout=TTL + 5)
     assert claim.floor_unix_ms >= ONE.parse(max(before)).unix_ms
     clock = ManualClock(wall_ms())
     refusing = Snowflake(ONE, worker=lease, clock=clock, sleep=clock.sleep)
@@ -165,9 +205,10 @@ def test_clock_behind_after_a_crash_cannot_repeat_ids(
     lease.close()
 
     # allowed to wait it out: every new ID comes after every ID of the crashed holder
-    clock = ManualClock(wall_ms())
+    started_ms = wall_ms()
+    clock = ManualClock(started_ms)
     lease = target.lease(ONE, TTL)
     waiting = Snowflake(ONE, worker=lease, clock=clock, sleep=clock.sleep, max_backwards_ms=10_000)
     after = waiting.next_ids(5000)
     assert min(after) > max(before)
-    assert clock.slept_ms >= 1500
+    assert clock.slept_ms >= ONE.parse(max(before)).unix_ms - started_ms > 0

@@ -20,9 +20,10 @@ LAYOUT = Layout()
 
 
 def mark_empty(server: RedisServer, prefix: str) -> None:
-    """Tell leases that this brand-new server holds no leases (skips the restart grace)."""
+    """Tell leases that this brand-new server holds no leases (skips the start-up fence)."""
     with redis.Redis.from_url(server.url) as client:
-        client.set(f"{prefix}:ready", 0)
+        run_id = client.info("server")["run_id"]
+        client.set(f"{prefix}:era", f"{run_id}:0")
 
 
 @pytest.mark.parametrize("outage", ["restart", "pause"])
