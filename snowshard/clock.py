@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from snowshard.errors import FieldOutOfRange
+
 __all__ = ["ManualClock", "wall_anchored_ns"]
 
 
@@ -29,7 +31,7 @@ class ManualClock:
     """
 
     def __init__(self, start_ms: int) -> None:
-        self._ms = start_ms
+        self._ms = _unix_ms(start_ms, "start_ms")
         self._lock = threading.Lock()
         self.slept_ms = 0
         """Total milliseconds :meth:`sleep` advanced the clock by."""
@@ -39,15 +41,37 @@ class ManualClock:
 
     def set(self, ms: int) -> None:
         """Jump to ``ms`` (backwards too: that is what rollback tests need)."""
+        ms = _unix_ms(ms, "ms")
         with self._lock:
             self._ms = ms
 
     def advance(self, ms: int) -> None:
+        """Move forward by ``ms`` (an int >= 0); use :meth:`set` to go back."""
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+            raise FieldOutOfRange(
+                f"advance() takes an int of milliseconds >= 0, got {ms!r}; use set() to go back"
+            )
         with self._lock:
             self._ms += ms
 
     def sleep(self, seconds: float) -> None:
+        """Advance by ``seconds`` (at least 1 ms) instead of blocking."""
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not 0 <= seconds < float("inf")
+        ):
+            raise FieldOutOfRange(f"sleep() takes a finite number of seconds >= 0, got {seconds!r}")
         step = max(1, round(seconds * 1000))
         with self._lock:
             self._ms += step
             self.slept_ms += step
+
+
+def _unix_ms(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FieldOutOfRange(
+            f"ManualClock {what} must be Unix milliseconds (an int >= 0), got "
+            f"{type(value).__name__} {value!r}; e.g. Layout().epoch_ms or 1_700_000_000_000"
+        )
+    return value

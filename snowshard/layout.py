@@ -36,6 +36,7 @@ __all__ = [
     "Layout",
     "Parts",
     "TimeLike",
+    "check_layout",
     "is_decimal",
     "parse_decimal",
     "to_unix_ms",
@@ -371,6 +372,20 @@ class Layout:
             )
         return value
 
+    def check_started(self, now_ms: int, *, clock: str = "the clock") -> None:
+        """Refuse to issue from a layout whose epoch is after ``now_ms`` (Unix ms).
+
+        Issuers call it when they are built, so a future epoch fails there, naming both
+        times, rather than as :class:`ClockMovedBackwards` at the first ID.
+        """
+        if now_ms < self.epoch_ms:
+            raise LayoutError(
+                f"epoch {self.epoch.isoformat()} is later than now "
+                f"({_from_unix_ms(now_ms).isoformat()}, read from {clock}): no ID can be "
+                "issued before the epoch; "
+                "choose an epoch in the past"
+            )
+
     def compose_ticks(
         self, ticks: int, *, datacenter: int = 0, worker: int = 0, sequence: int = 0, gene: int = 0
     ) -> int:
@@ -475,3 +490,13 @@ class Layout:
             f"{self.sequence_bits}s|{self.gene_bits}g tick={self.tick_ms}ms "
             f"epoch={self.epoch.isoformat()}"
         )
+
+
+def check_layout(value: object, what: str = "layout") -> Layout:
+    """``value`` if it is a :class:`Layout`; otherwise :class:`LayoutError` naming it."""
+    if not isinstance(value, Layout):
+        raise LayoutError(
+            f"{what} must be a snowshard.Layout, got {type(value).__name__} {value!r}; "
+            "build one with Layout(...) or a preset such as Layout.twitter()"
+        )
+    return value

@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from snowshard.errors import (
     ClockMovedBackwards,
+    ConfigurationError,
     FieldOutOfRange,
     IssuerError,
     IssuerUnavailable,
     LayoutError,
 )
-from snowshard.layout import Layout
+from snowshard.layout import Layout, check_layout
 from snowshard.redaction import redact_url, scrub
 from snowshard.workers.redis_connection import connect, import_redis
 
@@ -128,7 +129,32 @@ class RedisIssuer:
         key_ttl_ms: int | None = None,
         timeout: float = 2.0,
     ) -> None:
-        self.layout = layout = layout if layout is not None else Layout()
+        self.layout = layout = check_layout(layout if layout is not None else Layout())
+        _check_target(redis)
+        if not isinstance(key_prefix, str) or not key_prefix:
+            raise ConfigurationError(
+                f"key_prefix must be a non-empty str, got {type(key_prefix).__name__} "
+                f"{key_prefix!r}; the default is 'snowshard:seq'"
+            )
+        for name, function in (("clock", clock), ("sleep", sleep)):
+            if function is not None and not callable(function):
+                raise ConfigurationError(
+                    f"{name} must be a callable or None, got {type(function).__name__} "
+                    f"{function!r}; e.g. a snowshard.ManualClock and its sleep"
+                )
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout < float("inf")
+        ):
+            raise ConfigurationError(
+                f"timeout must be a finite number of seconds > 0, got {timeout!r}; "
+                "the default is 2.0"
+            )
+        if clock is not None:
+            layout.check_started(clock(), clock="clock=")
+        else:
+            layout.check_started(time.time_ns() // 1_000_000, clock="this host's clock")
         if sequence_start not in ("reset", "random"):
             raise LayoutError(
                 f"sequence_start must be one of ('reset', 'random'), got {sequence_start!r}"
@@ -155,7 +181,7 @@ class RedisIssuer:
         self._tick_prefix = base
         self._last_key = base + "last"
         self._client, self._owns_client, self._where, self._secrets = connect(
-            redis, timeout=timeout, error=LayoutError
+            redis, timeout=timeout, error=ConfigurationError
         )
         self._script = self._client.register_script(_ISSUE)
         self._errors: Any = import_redis().exceptions
@@ -290,3 +316,19 @@ def _refused_credentials(error: Exception, errors: Any) -> bool:
     return isinstance(error, errors.ResponseError) and (
         text.startswith("NOAUTH") or "unauthenticated" in text
     )
+
+
+def _check_target(redis: object) -> None:
+    """Refuse, before any I/O, a ``redis`` argument that is neither a URL nor a client."""
+    if isinstance(redis, str):
+        if not redis.strip():
+            raise ConfigurationError(
+                "the Redis URL is empty; expected redis://[[user]:PASSWORD@]host[:port][/db], "
+                "rediss://... or unix:///path/to/socket"
+            )
+        return
+    if not callable(getattr(redis, "register_script", None)):
+        raise ConfigurationError(
+            f"redis must be a Redis URL (str) or a redis.Redis client, got "
+            f"{type(redis).__name__} {redact_url(repr(redis))}; e.g. 'redis://127.0.0.1:6379/0'"
+        )

@@ -6,7 +6,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from snowshard.strategies import ShardStrategy
+from snowshard.errors import FieldOutOfRange, IdTypeError, StrategyError
+from snowshard.strategies import ShardStrategy, check_strategy
 
 __all__ = ["Skew", "chi_square_sf", "skew"]
 
@@ -40,17 +41,39 @@ class Skew:
 
 
 def skew(strategy: ShardStrategy, ids: Iterable[object]) -> Skew:
-    """Route every ID of ``ids`` with ``strategy`` and measure the spread."""
-    counts = [0] * strategy.count
+    """Route every ID of ``ids`` with ``strategy`` and measure the spread.
+
+    Raises :class:`StrategyError` for an object that is not a strategy, or a strategy that
+    returns a shard outside ``0..count-1``, and :class:`IdTypeError` if ``ids`` is not an
+    iterable (each ID then meets the strategy's own checks).
+    """
+    check_strategy(strategy)
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise IdTypeError(
+            f"ids must be an iterable of IDs or keys (a list, a generator), got "
+            f"{type(ids).__name__} {ids!r}"
+        )
+    n = strategy.count
+    counts = [0] * n
     shard_of = strategy.shard_of
     for value in ids:
-        counts[shard_of(value)] += 1
+        shard = shard_of(value)
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < n:
+            raise StrategyError(
+                f"{strategy!r}.shard_of({value!r}) returned {shard!r}, outside 0..{n - 1}; "
+                "a strategy must return a shard index below its count"
+            )
+        counts[shard] += 1
     return Skew.from_counts(counts)
 
 
 def chi_square_sf(x: float, df: int) -> float:
     """P(X >= x) for X ~ chi-square(df): the regularised upper incomplete gamma Q(df/2, x/2)."""
-    if df <= 0:
+    if isinstance(df, bool) or not isinstance(df, int) or df < 0:
+        raise FieldOutOfRange(f"df (degrees of freedom) must be an int >= 0, got {df!r}")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
+        raise FieldOutOfRange(f"x must be a number (not NaN), got {x!r}")
+    if df == 0:
         return 1.0
     if x <= 0:
         return 1.0

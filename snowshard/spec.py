@@ -7,8 +7,9 @@ layer creates carries ``table.info["snowshard"] = ShardInfo(spec, shard)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from string import Formatter
 from typing import NamedTuple
 
 from snowshard.errors import ShardConfigError
@@ -35,6 +36,18 @@ class ShardSpec:
     _database_of: Mapping[int, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ShardConfigError(
+                f"a sharded table's name must be a non-empty str, got "
+                f"{type(self.name).__name__} {self.name!r}; pass the logical table name"
+            )
+        _check_pattern(self.name, self.pattern)
+        if not isinstance(self.databases, Mapping):
+            raise ShardConfigError(
+                f"{self.name}: databases must be a mapping of database key to table indices "
+                f"(e.g. {{'a': range(8), 'b': range(8, 16)}}), got "
+                f"{type(self.databases).__name__} {self.databases!r}"
+            )
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ShardConfigError(f"{self.name}: table count must be an int >= 1, got {self.count!r}")
         try:
@@ -49,12 +62,22 @@ class ShardSpec:
                 f"{self.name}: pattern {self.pattern!r} gives duplicate table names; "
                 "include {index} in it"
             )
+        for key, indices in self.databases.items():
+            if isinstance(indices, (str, bytes)) or not isinstance(indices, Iterable):
+                raise ShardConfigError(
+                    f"{self.name}: database {key!r} must list table indices (a range or a "
+                    f"list of ints), got {type(indices).__name__} {indices!r}"
+                )
         frozen = {key: tuple(indices) for key, indices in self.databases.items()}
         object.__setattr__(self, "databases", frozen or {DEFAULT_DATABASE: tuple(range(self.count))})
         seen: dict[int, str] = {}
         for key, indices in self.databases.items():
+            if not isinstance(key, str) or not key:
+                raise ShardConfigError(
+                    f"{self.name}: database keys must be non-empty str, got {key!r}"
+                )
             for i in indices:
-                if not (isinstance(i, int) and 0 <= i < self.count):
+                if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < self.count):
                     raise ShardConfigError(
                         f"{self.name}: database {key!r} lists table index {i!r}, outside "
                         f"0..{self.count - 1}"
@@ -88,6 +111,36 @@ class ShardSpec:
 
     def __hash__(self) -> int:
         return hash((self.name, self.count, self.pattern, tuple(sorted(self.databases.items()))))
+
+
+_PATTERN_FIELDS = ("name", "index")
+
+
+def _check_pattern(name: str, pattern: object) -> None:
+    """Refuse a table name pattern with anything but ``{name}`` and ``{index[:spec]}``."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ShardConfigError(
+            f"{name}: table name pattern must be a non-empty str such as "
+            f"'{{name}}_{{index:02d}}', got {type(pattern).__name__} {pattern!r}"
+        )
+    try:
+        fields = [
+            (field_name, conversion)
+            for _, field_name, _, conversion in Formatter().parse(pattern)
+            if field_name is not None
+        ]
+    except ValueError as exc:
+        raise ShardConfigError(
+            f"{name}: table name pattern {pattern!r} is not a format string with {{name}} and "
+            f"{{index}}: {exc}"
+        ) from None
+    for field_name, conversion in fields:
+        if field_name not in _PATTERN_FIELDS or conversion is not None:
+            shown = field_name + (f"!{conversion}" if conversion else "")
+            raise ShardConfigError(
+                f"{name}: table name pattern {pattern!r} uses {{{shown}}}; only {{name}} and "
+                "{index} (with a format spec such as {index:02d}) are allowed"
+            )
 
 
 class ShardInfo(NamedTuple):

@@ -35,13 +35,14 @@ Non-int keys (str, bytes, UUID) are first turned into ints with
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from snowshard.errors import StrategyError
 from snowshard.genes import key_to_int
-from snowshard.layout import Layout
+from snowshard.layout import Layout, check_layout
 
-__all__ = ["Gene", "Hash", "Mix", "Mod", "ShardStrategy", "Shift", "StrategyError", "colocates_genes"]
+__all__ = ["Gene", "Hash", "Mix", "Mod", "ShardStrategy", "Shift", "StrategyError", "check_strategy",
+           "colocates_genes"]
 
 
 _MASK64 = (1 << 64) - 1
@@ -55,6 +56,26 @@ class ShardStrategy(Protocol):
     def count(self) -> int: ...
 
     def shard_of(self, value: object) -> int: ...
+
+
+def check_strategy(strategy: object, what: str = "strategy") -> ShardStrategy:
+    """``strategy`` if it has an int ``count >= 1`` and a callable ``shard_of``.
+
+    Otherwise :class:`StrategyError` naming the object and what it lacks.
+    """
+    count = getattr(strategy, "count", None)
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or count < 1
+        or not callable(getattr(strategy, "shard_of", None))
+    ):
+        raise StrategyError(
+            f"{what} must be a shard strategy (an int count >= 1 and shard_of(value)), got "
+            f"{type(strategy).__name__} {strategy!r}; use Gene(n), Mod(n), Mix(n), Hash(n) "
+            "or Shift(n, bits)"
+        )
+    return cast(ShardStrategy, strategy)
 
 
 def _check_count(name: str, n: int) -> int:
@@ -157,12 +178,12 @@ class Shift(_Base):
     @classmethod
     def by_worker(cls, n: int, layout: Layout) -> Shift:
         """Route by the datacenter and worker bits (shift off sequence and gene)."""
-        return cls(n, layout.worker_shift)
+        return cls(n, check_layout(layout).worker_shift)
 
     @classmethod
     def by_time(cls, n: int, layout: Layout) -> Shift:
         """Route by the timestamp (``id >> 22`` in the default layout): even at any rate."""
-        return cls(n, layout.timestamp_shift)
+        return cls(n, check_layout(layout).timestamp_shift)
 
     def shard_of(self, value: object) -> int:
         return (key_to_int(value) >> self.bits) % self.count
@@ -196,8 +217,11 @@ def colocates_genes(strategy: object, layout: Layout) -> bool:
     """Whether ``strategy`` sends a parent key and its children's IDs to the same shard.
 
     True for ``Gene(n)`` and for ``Mod(n)`` with ``n`` a power of two, when
-    ``n <= 2**layout.gene_bits``; False for everything else.
+    ``n <= 2**layout.gene_bits``; False for every other strategy. An object that is not a
+    strategy (no ``count`` and ``shard_of``) raises :class:`StrategyError`.
     """
+    layout = check_layout(layout)
+    check_strategy(strategy)
     if not isinstance(strategy, (Gene, Mod)):
         return False
     n = strategy.count

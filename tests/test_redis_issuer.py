@@ -168,10 +168,9 @@ def test_negative_count_is_refused(redis_db: RedisNamespace) -> None:
 
 
 def test_clock_before_epoch(redis_db: RedisNamespace) -> None:
-    """A clock before the layout's epoch raises FieldOutOfRange naming the epoch."""
-    with issuer(redis_db, clock=lambda: 1000) as ids:
-        with pytest.raises(FieldOutOfRange, match="before the layout's epoch 2020-01-01"):
-            ids.next_id()
+    """A clock before the layout's epoch is refused when the issuer is built, naming both."""
+    with pytest.raises(LayoutError, match=r"epoch 2020-01-01.* later than now \(1970-01-01"):
+        issuer(redis_db, clock=lambda: 1000)
 
 
 def test_unreachable_redis_is_a_snowshard_error() -> None:

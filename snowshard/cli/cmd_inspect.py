@@ -20,7 +20,7 @@ from snowshard.cli.options import (
 )
 from snowshard.cli.output import echo_json, local_text, local_time, utc_text
 from snowshard.errors import InvalidId
-from snowshard.layout import Layout
+from snowshard.layout import Layout, is_decimal
 from snowshard.strategies import ShardStrategy
 
 __all__ = ["inspect_command", "read_tokens"]
@@ -32,6 +32,11 @@ def read_tokens(args: Iterable[str]) -> Iterator[str]:
     """The arguments, or stdin's words (split on whitespace and commas) for none or ``-``."""
     values = list(args)
     if values and values != ["-"]:
+        for value in values:
+            # the commands take "-1" as an argument (refused as the library refuses it);
+            # any other word starting with "-" is an unknown option
+            if value.startswith("-") and value != "-" and not is_decimal(value[1:]):
+                raise click.NoSuchOption(value)
         yield from values
         return
     stdin = sys.stdin
@@ -49,6 +54,8 @@ def to_id(layout: Layout, token: str) -> int:
             return layout.validate(int(text, 16))
         except ValueError:
             raise InvalidId(f"{token!r} is not a hexadecimal ID") from None
+    if text.startswith("-") and is_decimal(text[1:]):
+        return layout.validate(int(text))  # refused as the library refuses a negative ID
     return layout.validate(text)
 
 
@@ -99,7 +106,7 @@ def _text(layout: Layout, value: int, zone: tzinfo | None, strategy: ShardStrate
     return "\n".join(lines)
 
 
-@click.command("inspect")
+@click.command("inspect", context_settings={"ignore_unknown_options": True})
 @click.argument("ids", nargs=-1, metavar="[ID]...")
 @layout_options
 @routing_options

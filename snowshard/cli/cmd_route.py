@@ -24,7 +24,7 @@ from snowshard.strategies import Gene
 __all__ = ["route_command"]
 
 
-@click.command("route")
+@click.command("route", context_settings={"ignore_unknown_options": True})
 @click.argument("keys", nargs=-1, metavar="[KEY]...")
 @routing_options
 @key_type_option
@@ -44,7 +44,7 @@ def route_command(
     """Print the shard of each KEY (a parent key or an ID; stdin when none or -).
 
     Keys route exactly as the library routes them (see --key-type); a key the library
-    refuses, such as a negative int, is a usage error. Put negative keys after '--'.
+    refuses, such as a negative int (-1 too, as the library refuses it), is a usage error.
 
     \b
     snowshard route 1820 --strategy gene --shards 16        # 12

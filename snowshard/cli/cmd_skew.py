@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -123,6 +124,16 @@ def _report(results: dict[str, tuple[str, Skew]], bins: int, chart: bool) -> Non
                 out.print("  " + line)
 
 
+def finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """Refuse NaN and infinity, which ``FloatRange`` lets through."""
+    if not math.isfinite(value):
+        raise click.BadParameter(
+            f"{value} is not a finite number; give a number > 0 (--rate in IDs per second, "
+            "--duration in seconds)"
+        )
+    return value
+
+
 @click.command("skew")
 @click.option(
     "-s",
@@ -157,6 +168,7 @@ def _report(results: dict[str, tuple[str, Skew]], bins: int, chart: bool) -> Non
     "-r",
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
+    callback=finite,
     default=1000.0,
     show_default=True,
     help="IDs per second per worker.",
@@ -165,6 +177,7 @@ def _report(results: dict[str, tuple[str, Skew]], bins: int, chart: bool) -> Non
     "-d",
     "--duration",
     type=click.FloatRange(min=0, min_open=True),
+    callback=finite,
     default=2.048,
     show_default=True,
     help="Seconds of traffic (default: two full rounds of 1024 ms).",

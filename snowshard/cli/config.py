@@ -135,8 +135,10 @@ def normalise(raw: Mapping[str, object], source: str) -> Layer:
         if name == "preset":
             out[name] = _preset_name(value, source)
         elif name in _INT_KEYS:
-            if isinstance(value, str) and is_decimal(value.strip()):
-                value = parse_decimal(value, what=name, error=ConfigError)
+            if isinstance(value, str) and is_decimal(value.strip().removeprefix("-")):
+                text = value.strip()
+                number = parse_decimal(text.removeprefix("-"), what=name, error=ConfigError)
+                value = -number if text.startswith("-") else number
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{source}: {name} must be an integer, got {value!r}")
             out[name] = value

@@ -55,7 +55,7 @@ from snowshard.migrations.ops import ShardedOperation, sharded_operation
 from snowshard.migrations.ordering import Item, order_drops, regroup, table_of
 from snowshard.migrations.physical import rewrite
 from snowshard.migrations.render import autogen_context_for, imports_for
-from snowshard.spec import DEFAULT_DATABASE, ShardInfo, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
 
 __all__ = [
     "SPECS_OPTION",
@@ -70,6 +70,11 @@ SPECS_OPTION = "snowshard_specs"
 
 def shard_info_of(table: sa.Table) -> ShardInfo | None:
     """The :class:`ShardInfo` a physical table carries, or None for a plain table."""
+    if not isinstance(table, sa.Table):
+        raise ShardConfigError(
+            f"shard_info_of needs a sqlalchemy Table (e.g. Base.metadata.tables['orders_00']), "
+            f"got {type(table).__name__} {table!r}"
+        )
     info = table.info.get("snowshard")
     return info if isinstance(info, ShardInfo) else None
 
@@ -82,7 +87,16 @@ def include_database(
     A physical table lives where its spec puts its shard; any other table lives in
     ``unsharded`` (a bind key, or a function of the table). Tables found in the database
     but absent from the models are kept, so autogenerate proposes to drop them.
+    ``database`` must be a non-empty str and ``unsharded`` one or a callable
+    (:class:`ShardConfigError` otherwise).
     """
+    for what, key in (("database", database), ("unsharded", unsharded)):
+        if not (isinstance(key, str) and key) and not (what == "unsharded" and callable(key)):
+            raise ShardConfigError(
+                f"include_database: {what} must be a database key (a non-empty str"
+                f"{', or a function of the table' if what == 'unsharded' else ''}), got "
+                f"{type(key).__name__} {key!r}; e.g. include_database('default')"
+            )
 
     def include_object(
         obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
@@ -163,7 +177,7 @@ def _collapsed(context: MigrationContext, entries: list[_Entry]) -> list[Item]:
         try:
             entry.sharded = sharded_operation(info.spec, rewrite(entry.op, templater))
             rendered = render_op_text(rendering, entry.sharded)
-        except (NotImplementedError, ValueError, KeyError):
+        except (ValueError, KeyError):
             entry.sharded = None  # not expressible as a sharded operation: keep per table
             continue
         entry.key = (info.spec, type(entry.sharded), entry.sharded.target)

@@ -109,12 +109,11 @@ class ShardedOperation(MigrateOperation):
     """Run each table through ``batch_alter_table`` on SQLite (it cannot ALTER this)."""
 
     def __init__(self, spec: ShardSpec, template: MigrateOperation) -> None:
-        if not isinstance(spec, ShardSpec):
-            raise TypeError(f"{self.op_name}: spec must be a ShardSpec, got {spec!r}")
+        _check_spec(spec, self.op_name)
         if not isinstance(template, self.template_type):
-            raise TypeError(
+            raise ShardConfigError(
                 f"{self.op_name}: template must be an alembic {self.template_type.__name__}, "
-                f"got {type(template).__name__}"
+                f"got {type(template).__name__} {template!r}"
             )
         for field in fields_of(self.template_type).names:
             if not isinstance(getattr(template, field), str):
@@ -185,14 +184,29 @@ def _sharded(name: str) -> Callable[[_C], _C]:
 
 
 def sharded_operation(spec: ShardSpec, template: MigrateOperation) -> ShardedOperation:
-    """The sharded operation that applies the plain Alembic ``template`` to ``spec``."""
+    """The sharded operation that applies the plain Alembic ``template`` to ``spec``.
+
+    Raises :class:`ShardConfigError` when ``spec`` is not a :class:`ShardSpec` or no
+    sharded operation wraps ``template``'s class.
+    """
+    _check_spec(spec, "sharded_operation")
     for cls in type(template).__mro__:
         sharded = SHARDED_OPERATIONS.get(cls)
         if sharded is not None:
             return sharded(spec, template)
-    raise NotImplementedError(
-        f"{spec.name}: no sharded operation for alembic {type(template).__name__}"
+    known = ", ".join(sorted(t.__name__ for t in SHARDED_OPERATIONS))
+    raise ShardConfigError(
+        f"{spec.name}: no sharded operation for {type(template).__name__} {template!r}; "
+        f"the template must be one of alembic's {known}"
     )
+
+
+def _check_spec(spec: object, what: str) -> None:
+    if not isinstance(spec, ShardSpec):
+        raise ShardConfigError(
+            f"{what}: spec must be a snowshard.spec.ShardSpec (e.g. ShardSpec('orders', 16)), "
+            f"got {type(spec).__name__} {spec!r}"
+        )
 
 
 # --------------------------------------------------------------------------- tables

@@ -22,7 +22,7 @@ from alembic.runtime.migration import MigrationContext
 from snowshard._compat import register_renderer
 from snowshard.migrations.naming import SENTINEL_TABLE
 from snowshard.migrations.ops import SHARDED_OPERATIONS, ShardedOperation
-from snowshard.spec import DEFAULT_DATABASE, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardSpec
 
 __all__ = ["autogen_context_for", "imports_for", "render_spec"]
 
@@ -31,6 +31,10 @@ _SPEC_IMPORT = "from snowshard.spec import ShardSpec"
 
 def render_spec(spec: ShardSpec) -> str:
     """``spec`` as Python source: ``ShardSpec('orders', 16, databases={...})``."""
+    if not isinstance(spec, ShardSpec):
+        raise ShardConfigError(
+            f"render_spec needs a snowshard.spec.ShardSpec, got {type(spec).__name__} {spec!r}"
+        )
     args = [repr(spec.name), repr(spec.count)]
     if spec.pattern != ShardSpec(spec.name, spec.count).pattern:
         args.append(f"pattern={spec.pattern!r}")

@@ -53,7 +53,7 @@ from snowshard.errors import SnowshardError
 from snowshard.migrations.inspection import applied
 from snowshard.migrations.naming import Shard
 from snowshard.migrations.ops import SHARDED_OPERATIONS, ShardedOperation
-from snowshard.spec import DEFAULT_DATABASE, ShardSpec
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardSpec
 
 __all__ = ["DATABASE_OPTION", "ShardMigrationError", "current_database", "run_sharded"]
 
@@ -96,6 +96,16 @@ def current_database(context: MigrationContext, spec: ShardSpec | None = None) -
     :class:`ShardMigrationError`: every database would otherwise get the same tables
     (those of whichever key was assumed) and the others none, whatever the keys are called.
     """
+    if not isinstance(context, MigrationContext):
+        raise ShardConfigError(
+            f"current_database needs the alembic MigrationContext (context.get_context() in "
+            f"env.py, or op.get_context() in a revision), got {type(context).__name__} {context!r}"
+        )
+    if spec is not None and not isinstance(spec, ShardSpec):
+        raise ShardConfigError(
+            f"current_database: spec must be a snowshard.spec.ShardSpec or None, got "
+            f"{type(spec).__name__} {spec!r}"
+        )
     key = context.opts.get(DATABASE_OPTION)
     if key is not None:
         return str(key)

@@ -33,7 +33,7 @@ from sqlalchemy import Column
 from sqlalchemy.orm import MappedColumn, mapped_column
 from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
 
-from snowshard.errors import LayoutError, SnowshardError
+from snowshard.errors import IdTypeError, LayoutError, SnowshardError
 from snowshard.issuer import IdIssuer, check_issuer
 from snowshard.orm.errors import GeneParentError, MissingGeneParent
 from snowshard.orm.types import SnowflakeType, to_id
@@ -66,7 +66,10 @@ class SnowflakeDefault:
         generator = check_issuer(generator, "generator")
         if gene_from is not None:
             if not isinstance(gene_from, str) or not gene_from:
-                raise TypeError(f"gene_from must be a column key (str), got {gene_from!r}")
+                raise IdTypeError(
+                    f"gene_from must be the key of a column of the same row (a non-empty str, "
+                    f"e.g. 'user_id'), got {type(gene_from).__name__} {gene_from!r}"
+                )
             if generator.layout.gene_bits == 0:
                 raise LayoutError(
                     f"gene_from={gene_from!r} given, but the generator's layout has "

@@ -46,7 +46,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import DateTime, String, TypeDecorator, TypeEngine
 
-from snowshard.layout import Layout, TimeLike, to_unix_ms
+from snowshard.errors import IdTypeError
+from snowshard.layout import Layout, TimeLike, check_layout, to_unix_ms
 from snowshard.orm.errors import NaiveDatetimeError, TimeRangeError
 
 __all__ = ["IdColumn", "IdTime", "UtcDateTime", "id_between", "id_since", "id_time", "id_unix_ms"]
@@ -65,6 +66,16 @@ def _unix_ms(value: TimeLike, what: str) -> int:
             "(e.g. tzinfo=timezone.utc) so it names one instant"
         )
     return to_unix_ms(value, what=what)
+
+
+def _checked(column: object, layout: object) -> Layout:
+    """Refuse, before building SQL, a column that is no column or a layout that is none."""
+    if not isinstance(column, (ColumnElement, QueryableAttribute)):
+        raise IdTypeError(
+            f"column must be a SQLAlchemy column or ORM attribute holding IDs (e.g. Order.id), "
+            f"got {type(column).__name__} {column!r}"
+        )
+    return check_layout(layout)
 
 
 def _lowest_id(layout: Layout, ms: int) -> int | None:
@@ -86,6 +97,7 @@ def id_between(
     :class:`~snowshard.orm.errors.TimeRangeError`. Times before the layout's epoch select
     from the first ID; times past its end select to the last.
     """
+    layout = _checked(column, layout)
     lo_ms, hi_ms = _unix_ms(start, "start"), _unix_ms(end, "end")
     if lo_ms > hi_ms:
         raise TimeRangeError(
@@ -102,6 +114,7 @@ def id_between(
 
 def id_since(column: IdColumn, layout: Layout, start: TimeLike) -> ColumnElement[bool]:
     """IDs issued at or after ``start``: ``column >= min_id(start)``."""
+    layout = _checked(column, layout)
     lo = _lowest_id(layout, _unix_ms(start, "start"))
     if lo is None:
         return false()
@@ -127,6 +140,7 @@ def id_unix_ms(column: IdColumn, layout: Layout) -> ColumnElement[int]:
     A ``BIGINT`` expression on every backend (the ID's sign bit is 0, so the shift is the
     same on signed and unsigned integers).
     """
+    layout = _checked(column, layout)
     expr: ColumnElement[int] = type_coerce(column, BigInteger())
     if layout.timestamp_shift:
         expr = expr.bitwise_rshift(_constant(layout.timestamp_shift))
@@ -162,8 +176,13 @@ class UtcDateTime(TypeDecorator[datetime]):
         return dialect.type_descriptor(self.impl_instance)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if not isinstance(value, datetime):
+        if value is None:
             return value
+        if not isinstance(value, datetime):
+            raise NaiveDatetimeError(
+                f"a time column takes an aware datetime, got {type(value).__name__} {value!r}; "
+                "pass datetime(..., tzinfo=timezone.utc)"
+            )
         if value.tzinfo is None or value.utcoffset() is None:
             raise NaiveDatetimeError(
                 f"{value.isoformat()} is a naive datetime; give it a timezone "
