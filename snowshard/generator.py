@@ -5,14 +5,22 @@ the wall clock read once at construction and advanced by the monotonic clock, so
 the system clock while it runs cannot repeat an ID. A ``clock`` callable (Unix ms) replaces
 that for tests and simulations; then :attr:`on_backwards` decides what a step back does.
 
+Clock policy: with the default clock, jumps of the wall clock, forward or back, never change
+issuing (it follows the monotonic clock). With an injected ``clock``, a step back of up to
+``max_backwards_ms`` is waited out when ``on_backwards="wait"``; a larger one (say, a far jump
+forward and then back) raises :class:`~snowshard.ClockMovedBackwards` at once, without
+sleeping for the size of the jump, and issuing resumes as soon as the clock passes the last
+issued tick. A layout whose epoch lies after the clock is refused when the generator is
+built (:class:`~snowshard.LayoutError`), not at the first ID.
+
 Sequence policy (``sequence_start``) — where a new tick's sequence begins:
 
 ``"continue"`` (default)
     one past the previous ID's sequence, counted modulo half the range (a
     never-resetting sequence). At low rates the sequence counts 0, 1, 2, ... across ticks,
     so the low ``sequence_bits - 1`` bits of IDs are evenly spread and ``id % 2**k`` routing
-    does not pile rows into shard 0 (which a sequence reset every tick does). Starting in the lower half leaves at
-    least half of every tick's sequence for bursts, so the generator does not stall when the
+    does not pile rows into shard 0 (which a sequence reset every tick does). Starting in
+    the lower half leaves at least half of every tick's sequence for bursts, so the generator does not stall when the
     count passes the top (measured: a full-range wrap cost 20% of peak throughput). Within a
     tick the sequence never wraps, so IDs only grow.
 ``"reset"``
@@ -35,13 +43,14 @@ from snowshard.clock import wall_anchored_ns
 from snowshard.errors import (
     ClockMovedBackwards,
     ClockStalled,
+    ConfigurationError,
     FieldOutOfRange,
     IdTypeError,
     LayoutError,
     WorkerIdError,
 )
 from snowshard.genes import key_to_int
-from snowshard.layout import Layout, TimeLike
+from snowshard.layout import Layout, TimeLike, check_layout
 from snowshard.workers.base import WorkerClaim, WorkerLease
 from snowshard.workers.host import HostWorker
 
@@ -103,7 +112,16 @@ class Snowflake:
         max_backwards_ms: int = 1000,
         max_borrow_ms: int = 100,
     ) -> None:
-        self.layout = layout = layout if layout is not None else Layout()
+        self.layout = layout = check_layout(layout) if layout is not None else Layout()
+        for name, given in (("clock", clock), ("sleep", sleep)):
+            if given is not None and not callable(given):
+                raise ConfigurationError(
+                    f"{name} must be a callable or None, got {type(given).__name__} {given!r}"
+                )
+        layout.check_started(
+            clock() if clock is not None else time.time_ns() // 1_000_000,
+            clock="the clock" if clock is None else "the injected clock",
+        )
         for name, value, allowed in (
             ("on_backwards", on_backwards, ("wait", "raise")),
             ("on_overflow", on_overflow, ("wait", "borrow")),

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from snowshard.errors import WorkerIdError
+
 __all__ = ["WorkerClaim", "WorkerLease"]
 
 
@@ -33,6 +35,8 @@ class WorkerClaim:
     __slots__ = ("expires_ns", "floor_unix_ms", "worker")
 
     def __init__(self, worker: int, expires_ns: int | None = None, floor_unix_ms: int = 0):
+        if isinstance(worker, bool) or not isinstance(worker, int) or worker < 0:
+            raise WorkerIdError(f"a claimed worker ID must be an int >= 0, got {worker!r}")
         self.worker = worker
         self.expires_ns = expires_ns
         self.floor_unix_ms = floor_unix_ms

@@ -78,6 +78,13 @@ def make_lease_table(
     metadata: sa.MetaData, name: str = LEASE_TABLE_NAME, *, schema: str | None = None
 ) -> sa.Table:
     """The lease table's definition on ``metadata`` (for another name or schema)."""
+    if not isinstance(metadata, sa.MetaData):
+        raise WorkerConfigError(
+            f"make_lease_table() needs a sqlalchemy MetaData, got {type(metadata).__name__} "
+            f"{metadata!r}"
+        )
+    if not isinstance(name, str) or not name:
+        raise WorkerConfigError(f"the lease table's name must be a non-empty str, got {name!r}")
     return sa.Table(
         name,
         metadata,
@@ -104,6 +111,11 @@ worker_leases = make_lease_table(lease_metadata)
 
 def create_table(engine: Engine, table: sa.Table = worker_leases) -> None:
     """Create the lease table in ``engine``'s database if it is not there yet."""
+    if not isinstance(engine, (sa.Engine, sa.Connection)):
+        raise WorkerConfigError(
+            f"create_table() needs a sqlalchemy Engine, got {type(engine).__name__} {engine!r}; "
+            "use create_engine(url)"
+        )
     table.create(engine, checkfirst=True)
 
 
@@ -150,6 +162,11 @@ class DatabaseLease(Lease):
         margin: float | None = None,
         clock_skew: float = 1.0,
     ) -> None:
+        if not isinstance(engine, (sa.Engine, URL, str)):
+            raise WorkerConfigError(
+                f"DatabaseLease needs an Engine, a URL or a URL string, got "
+                f"{type(engine).__name__} {engine!r}"
+            )
         super().__init__(
             layout, ttl=ttl, renew_every=renew_every, margin=margin, clock_skew=clock_skew
         )

@@ -6,12 +6,12 @@ catches them all.
 
 from __future__ import annotations
 
-from snowshard.errors import WorkerIdError
+from snowshard.errors import ConfigurationError, WorkerIdError
 
 __all__ = ["LeaseBackendError", "LeaseLost", "WorkerConfigError", "WorkerIdsExhausted"]
 
 
-class WorkerConfigError(WorkerIdError, ValueError):
+class WorkerConfigError(WorkerIdError, ConfigurationError):
     """A worker ID setting is invalid: an environment variable, a hostname, a TTL, ..."""
 
 

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import socket
 
-from snowshard.layout import Layout
+from snowshard.layout import Layout, check_layout
 
 __all__ = ["HostWorker", "host_ipv4"]
 
@@ -37,6 +37,7 @@ class HostWorker:
     """
 
     def __init__(self, layout: Layout, *, ipv4: int | None = None) -> None:
+        layout = check_layout(layout)
         self.bits = layout.worker_bits
         self.pid_bits = self.bits // 2
         self.ip_bits = self.bits - self.pid_bits

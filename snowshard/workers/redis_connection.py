@@ -79,8 +79,9 @@ def connect(
             )
         return Connected(client, True, where, secrets)
     if not isinstance(target, redis.Redis):
-        raise TypeError(
-            f"expected a Redis URL (str) or a redis.Redis client, got {type(target).__name__}"
+        raise error(
+            f"redis must be a Redis URL (str) or a redis.Redis client, got "
+            f"{type(target).__name__} {scrub(repr(target), url_secrets(str(target)))}"
         )
     kwargs: dict[str, Any] = getattr(target.connection_pool, "connection_kwargs", {})
     password = kwargs.get("password")
