@@ -1,21 +1,31 @@
-"""Sharded model (16 tables, Gene(16)) vs a plain table with a BIGINT autoincrement key.
+"""Reads of a sharded model vs one plain table, PostgreSQL partitioning and horizontal_shard.
 
-    python benchmarks/bench_sharding.py                      # SQLite, and PostgreSQL if set
-    python benchmarks/bench_sharding.py --rows 20000 --backends sqlite
+    python benchmarks/bench_sharding.py                  # needs PostgreSQL
+    python benchmarks/bench_sharding.py --users 2000 --rounds 9 --calls 100
 
-PostgreSQL comes from ``--postgres URL`` or ``SNOWSHARD_TEST_POSTGRES_URL``; a throw-away
-database ``snowshard_bench_*`` is created there and dropped afterwards. SQLite uses a
-temporary file. Same run, same data (user ids and amounts from one seeded generator):
+PostgreSQL comes from ``--postgres URL`` or ``SNOWSHARD_TEST_POSTGRES_URL``; two throw-away
+databases ``snowshard_bench_*`` are created there and dropped afterwards. The same rows
+(``--users`` users with ``--per-user`` orders each, from seeded generators) are loaded into:
 
-* insert: ``--rows`` ORM objects added and committed in batches of 5,000, in 5 rounds
-  alternating plain and sharded; best rows per second (target: sharded >= 0.9x plain);
-* get: ``session.get`` of random existing IDs, each on an empty identity map, seconds per
-  call (target: sharded <= 1.2x plain);
-* fan-out: ``select(Model).order_by(Model.id.desc()).limit(20)`` as ORM objects, seconds
-  per call; the sharded model reads all 16 tables in one UNION ALL (target: <= 2x).
+* ``plain``: one table ``plain_orders`` (primary key ``id``, index on ``user_id``);
+* ``partitioned``: a table ``PARTITION BY HASH (user_id)`` with 16 partitions (primary
+  key ``(id, user_id)``, as PostgreSQL requires the partition key in it);
+* ``sharded-1db``: snowshard, 16 tables in the first database;
+* ``sharded-2db``: snowshard, tables 0-7 in the first database and 8-15 in the second;
+* ``horizontal_shard``: SQLAlchemy's ``sqlalchemy.ext.horizontal_shard`` with one table
+  per database, users split between the two databases the same way, its
+  ``execute_chooser`` finding ``user_id`` in the WHERE clause as in SQLAlchemy's example.
 
-Latencies are the best of 7 rounds run alternately. The table prints ratio = sharded /
-plain: for the insert rate higher is better, for latencies lower is better.
+Measures, each built as application code writes it (a new statement per call):
+
+* keyed read: ``select(M).where(M.user_id == u)`` of a random user, as ORM objects;
+* get: ``session.get(M, id)`` of a random existing ID, on an empty identity map;
+* fan-out: ``select(M).order_by(M.id.desc()).limit(20)`` as ORM objects (partitioned and
+  sharded models read every table; horizontal_shard does not merge, so it is left out).
+
+Each round runs ``--calls`` calls of every variant in turn (so machine noise hits all of
+them alike); the table prints the median over ``--rounds`` rounds of µs per call and the
+ratio to ``plain`` measured in the same run.
 """
 
 from __future__ import annotations
@@ -25,24 +35,27 @@ import os
 import platform
 import random
 import secrets
-import tempfile
+import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import sqlalchemy as sa
 from sqlalchemy import BigInteger, Integer, String, select
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.ext.horizontal_shard import ShardedSession as HorizontalSession
+from sqlalchemy.orm import DeclarativeBase, Mapped, ORMExecuteState, Session, mapped_column
+from sqlalchemy.sql import operators, visitors
 
 from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
-from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
+from snowshard.sharding import Sharded, ShardedSession, Shards, create_all, sharded_model
 
 IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=1)
 BATCH = 5_000
+PARTITIONS = 16
+FIRST, SECOND = "a", "b"
 
 
 class Base(DeclarativeBase):
@@ -51,9 +64,7 @@ class Base(DeclarativeBase):
 
 class Plain(Base):
     __tablename__ = "plain_orders"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     user_id: Mapped[int] = mapped_column(BigInteger, index=True)
     amount: Mapped[int] = mapped_column(Integer)
     note: Mapped[str] = mapped_column(String(20))
@@ -68,81 +79,168 @@ class Order(Sharded, Base):
     note: Mapped[str] = mapped_column(String(20))
 
 
-@contextmanager
-def sqlite_engine() -> Iterator[Engine]:
-    with tempfile.TemporaryDirectory() as folder:
-        engine = sa.create_engine(f"sqlite:///{Path(folder) / 'bench.db'}")
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+class SpreadBase(DeclarativeBase):
+    pass
+
+
+class SpreadOrder(Sharded, SpreadBase):
+    __tablename__ = "spread_orders"
+    __shards__ = Shards(
+        16, key=("id", "user_id"), databases={FIRST: range(0, 8), SECOND: range(8, 16)}
+    )
+    id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    amount: Mapped[int] = mapped_column(Integer)
+    note: Mapped[str] = mapped_column(String(20))
+
+
+class OtherBase(DeclarativeBase):
+    """Models whose tables are created by hand (partitioned) or in both databases."""
+
+
+class Partitioned(OtherBase):
+    __tablename__ = "part_orders"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer)
+    note: Mapped[str] = mapped_column(String(20))
+
+
+class Horizontal(OtherBase):
+    __tablename__ = "hs_orders"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    amount: Mapped[int] = mapped_column(Integer)
+    note: Mapped[str] = mapped_column(String(20))
+
+
+def _half(value: int) -> str:
+    """The database of a user (or of an ID carrying its gene) in the two-database layouts."""
+    return FIRST if value % 16 < 8 else SECOND
+
+
+def _shard_chooser(mapper: Any, instance: Any, clause: Any = None, **kw: Any) -> str:
+    return _half(instance.user_id)
+
+
+def _identity_chooser(
+    mapper: Any, primary_key: Any, *, lazy_loaded_from: Any, execution_options: Any,
+    bind_arguments: Any, **kw: Any,
+) -> list[str]:  # fmt: skip
+    return [_half(primary_key[0])]
+
+
+def _execute_chooser(context: ORMExecuteState) -> Iterable[str]:
+    """The databases the WHERE clause names by user_id (SQLAlchemy's example's approach)."""
+    found: set[str] = set()
+    where = getattr(context.statement, "whereclause", None)
+    if where is not None:
+        for element in visitors.iterate(where):
+            if (
+                isinstance(element, sa.BinaryExpression)
+                and element.operator is operators.eq
+                and isinstance(element.left, sa.ColumnClause)
+                and element.left.key == "user_id"
+                and isinstance(element.right, sa.BindParameter)
+            ):
+                value: Any = element.right.effective_value
+                found.add(_half(value))
+    return found or [FIRST, SECOND]
 
 
 @contextmanager
-def postgres_engine(server: str) -> Iterator[Engine]:
-    name = f"snowshard_bench_{secrets.token_hex(4)}"
+def postgres_databases(server: str, count: int) -> Iterator[list[Engine]]:
+    names = [f"snowshard_bench_{secrets.token_hex(4)}" for _ in range(count)]
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    engine = sa.create_engine(make_url(server).set(database=name))
+    engines: list[Engine] = []
     try:
-        yield engine
-    finally:
-        engine.dispose()
         with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            for name in names:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        engines = [sa.create_engine(make_url(server).set(database=n)) for n in names]
+        yield engines
+    finally:
+        for engine in engines:
+            engine.dispose()
+        with admin.connect() as conn:
+            for name in names:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
 
 
-def _data(rows: int) -> list[tuple[int, int]]:
+def _rows(users: int, per_user: int) -> list[dict[str, Any]]:
     rng = random.Random(20240501)
-    return [(rng.randrange(1, 10_000_000), rng.randrange(1, 10_000)) for _ in range(rows)]
+    user_ids = rng.sample(range(1, 10_000_000), users)
+    rows = [
+        {"id": IDS.next_id(gene=u), "user_id": u, "amount": rng.randrange(1, 10_000), "note": "x"}
+        for u in user_ids
+        for _ in range(per_user)
+    ]
+    rng.shuffle(rows)
+    return rows
 
 
-def insert_rates(engine: Engine, data: list[tuple[int, int]]) -> tuple[float, float]:
-    """Best rows/s of each model over rounds run alternately (resists machine noise).
-
-    Each round inserts its share of ``data`` into the plain table, then the same rows into
-    the sharded model: ORM objects added and committed in batches of BATCH.
-    """
-    best = [0.0, 0.0]
-    rounds = 5
-    share = -(-len(data) // rounds)
-    for start in range(0, len(data), share):
-        rows = data[start : start + share]
-        for index, (model, make) in enumerate(((Plain, Session), (Order, ShardedSession))):
-            began = time.perf_counter()
-            with make(engine) as session:
-                for batch in range(0, len(rows), BATCH):
-                    session.add_all(
-                        model(user_id=user, amount=amount, note="bench")
-                        for user, amount in rows[batch : batch + BATCH]
-                    )
-                    session.commit()
-                    session.expunge_all()
-            best[index] = max(best[index], len(rows) / (time.perf_counter() - began))
-    return best[0], best[1]
+def _insert(engine: Engine, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        for start in range(0, len(rows), BATCH):
+            conn.execute(table.insert(), rows[start : start + BATCH])
 
 
-def _pair(
-    plain: Callable[[], None], sharded: Callable[[], None], calls: int
-) -> tuple[float, float]:
-    """Best per-call seconds of each, over rounds run alternately (resists machine noise)."""
-    best = [float("inf"), float("inf")]
-    rounds = 7
-    per_round = max(1, calls // rounds)
-    for _ in range(rounds):
-        for index, action in enumerate((plain, sharded)):
-            started = time.perf_counter()
-            for _ in range(per_round):
-                action()
-            best[index] = min(best[index], (time.perf_counter() - started) / per_round)
-    return best[0], best[1]
+def load(first: Engine, second: Engine, rows: list[dict[str, Any]]) -> None:
+    """Create every variant's tables and load the same rows into each."""
+    create_all(Base.metadata, bind=first)
+    create_all(SpreadBase.metadata, bind=first, databases={FIRST: first, SECOND: second})
+    for engine in (first, second):
+        OtherBase.metadata.create_all(engine, tables=[Horizontal.__table__])  # type: ignore[list-item]
+    with first.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE part_orders (id BIGINT NOT NULL, user_id BIGINT NOT NULL, "
+            "amount INTEGER NOT NULL, note VARCHAR(20) NOT NULL, PRIMARY KEY (id, user_id)) "
+            "PARTITION BY HASH (user_id)"
+        )
+        for index in range(PARTITIONS):
+            conn.exec_driver_sql(
+                f"CREATE TABLE part_orders_{index:02d} PARTITION OF part_orders "
+                f"FOR VALUES WITH (MODULUS {PARTITIONS}, REMAINDER {index})"
+            )
+        conn.exec_driver_sql("CREATE INDEX part_orders_user_id ON part_orders (user_id)")
+    _insert(first, Plain.__table__, rows)  # type: ignore[arg-type]
+    _insert(first, Partitioned.__table__, rows)  # type: ignore[arg-type]
+    for model, engines in ((Order, {}), (SpreadOrder, {FIRST: first, SECOND: second})):
+        spec = sharded_model(model)
+        by_shard: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_shard.setdefault(spec.shard_of("user_id", row["user_id"]), []).append(row)
+        for shard, part in by_shard.items():
+            engine = engines.get(spec.database_of(shard), first)
+            _insert(engine, spec.tables[shard], part)
+    for name, engine in ((FIRST, first), (SECOND, second)):
+        mine = [r for r in rows if _half(r["user_id"]) == name]
+        _insert(engine, Horizontal.__table__, mine)  # type: ignore[arg-type]
+    for engine in (first, second):
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE")
 
 
-def _getter(session: Session, model: Any, ids: list[int]) -> Callable[[], None]:
+Action = Callable[[], None]
+
+
+def _keyed(session: Session, model: Any, users: list[int]) -> Action:
+    """One user's orders as ORM objects (a new statement per call, as applications write)."""
+    cycle = iter(users * 10_000)
+
+    def read() -> None:
+        user = next(cycle)
+        found = session.scalars(select(model).where(model.user_id == user)).all()
+        assert found and found[0].user_id == user
+        session.expunge_all()
+
+    return read
+
+
+def _getter(session: Session, model: Any, ids: list[int]) -> Action:
     """session.get of the next ID, on an empty identity map (so it reads the row)."""
-    cycle = iter(ids * 1000)
+    cycle = iter(ids * 10_000)
 
     def get() -> None:
         found = session.get(model, next(cycle))
@@ -152,91 +250,107 @@ def _getter(session: Session, model: Any, ids: list[int]) -> Callable[[], None]:
     return get
 
 
-def _newest(session: Session, model: Any) -> Callable[[], None]:
+def _newest(session: Session, model: Any) -> Action:
     """The 20 newest rows by ID, as ORM objects."""
-    query = select(model).order_by(model.id.desc()).limit(20)
 
     def newest() -> None:
-        assert len(session.scalars(query).all()) == 20
+        found = session.scalars(select(model).order_by(model.id.desc()).limit(20)).all()
+        assert len(found) == 20
         session.expunge_all()
 
     return newest
 
 
-def run(
-    backend: str, engine: Engine, rows: int, samples: int
-) -> list[tuple[str, str, float, float, str]]:
-    create_all(Base.metadata, bind=engine)
-    data = _data(rows)
-    plain_rate, sharded_rate = insert_rates(engine, data)
-    with Session(engine) as session:
-        plain_ids = list(session.scalars(select(Plain.id)))
-    with ShardedSession(engine) as session:
-        sharded_ids = list(session.scalars(select(Order.id)))
-    rng = random.Random(7)
-    plain_pick, sharded_pick = rng.sample(plain_ids, samples), rng.sample(sharded_ids, samples)
-    with Session(engine) as plain, ShardedSession(engine) as sharded:
-        for action in (
-            _getter(plain, Plain, plain_pick),
-            _getter(sharded, Order, sharded_pick),
-            _newest(plain, Plain),
-            _newest(sharded, Order),
-        ):
-            for _ in range(50):  # warm the statement caches
+def measure(actions: dict[str, Action], rounds: int, calls: int) -> dict[str, float]:
+    """Median µs per call of each action over ``rounds`` rounds that run them in turn."""
+    for action in actions.values():
+        for _ in range(max(20, calls // 4)):  # warm statement caches and prepared statements
+            action()
+    samples: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(rounds):
+        for name, action in actions.items():
+            started = time.perf_counter()
+            for _ in range(calls):
                 action()
-        plain_get, sharded_get = _pair(
-            _getter(plain, Plain, plain_pick), _getter(sharded, Order, sharded_pick), samples
-        )
-        plain_scan, sharded_scan = _pair(
-            _newest(plain, Plain), _newest(sharded, Order), samples // 4
-        )
-    return [
-        (backend, f"insert {rows:,} rows (rows/s)", plain_rate, sharded_rate, ">= 0.90"),
-        (backend, "session.get (s per call)", plain_get, sharded_get, "<= 1.20"),
-        (backend, "ORDER BY id DESC LIMIT 20 (s per call)", plain_scan, sharded_scan, "<= 2.00"),
-    ]
+            samples[name].append((time.perf_counter() - started) / calls * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--rows", type=int, default=100_000, help="rows per table (default 100,000)"
+def run(
+    server: str, users: int, per_user: int, rounds: int, calls: int
+) -> dict[str, dict[str, float]]:
+    rows = _rows(users, per_user)
+    rng = random.Random(7)
+    picked_users = rng.sample(sorted({r["user_id"] for r in rows}), min(users, 1000))
+    picked_ids = [r["id"] for r in rng.sample(rows, min(len(rows), 1000))]
+    with postgres_databases(server, 2) as (first, second):
+        load(first, second, rows)
+        spread = {FIRST: first, SECOND: second}
+        with (
+            Session(first) as plain,
+            Session(first) as partitioned,
+            ShardedSession(first) as one_db,
+            ShardedSession(first, databases=spread) as two_db,
+            HorizontalSession(
+                shard_chooser=_shard_chooser,
+                identity_chooser=_identity_chooser,
+                execute_chooser=_execute_chooser,
+                shards=spread,
+            ) as horizontal,
+        ):
+            variants: dict[str, tuple[Session, Any]] = {
+                "plain": (plain, Plain),
+                "partitioned": (partitioned, Partitioned),
+                "sharded-1db": (one_db, Order),
+                "sharded-2db": (two_db, SpreadOrder),
+                "horizontal_shard": (horizontal, Horizontal),
+            }
+            results: dict[str, dict[str, float]] = {}
+            results["keyed read"] = measure(
+                {n: _keyed(s, m, picked_users) for n, (s, m) in variants.items()}, rounds, calls
+            )
+            results["get by ID"] = measure(
+                {n: _getter(s, m, picked_ids) for n, (s, m) in variants.items()}, rounds, calls
+            )
+            results["fan-out top-20"] = measure(
+                {n: _newest(s, m) for n, (s, m) in variants.items() if n != "horizontal_shard"},
+                rounds,
+                calls,
+            )
+    return results
+
+
+def report(results: dict[str, dict[str, float]], note: Optional[str] = None) -> None:
+    names = ["plain", "partitioned", "sharded-1db", "sharded-2db", "horizontal_shard"]
+    print(
+        f"\nµs per call (median of rounds) and ratio to plain; Python "
+        f"{platform.python_version()}, SQLAlchemy {sa.__version__}, PostgreSQL"
+        + (f"; {note}" if note else "")
     )
-    parser.add_argument(
-        "--samples", type=int, default=2_000, help="session.get calls (default 2,000)"
-    )
-    parser.add_argument("--backends", default="sqlite,postgresql", help="comma-separated")
+    print(f"{'measure':<16}" + "".join(f"{n:>20}" for n in names))
+    for measure_name, row in results.items():
+        cells = []
+        for name in names:
+            if name not in row:
+                cells.append(f"{'n/a':>20}")
+                continue
+            ratio = row[name] / row["plain"]
+            cells.append(f"{row[name]:>12.0f} {ratio:>5.2f}x")
+        print(f"{measure_name:<16}" + "".join(f"{c:>20}" for c in cells))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--users", type=int, default=4_000, help="users (default 4,000)")
+    parser.add_argument("--per-user", type=int, default=10, help="orders per user (default 10)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds (default 15)")
+    parser.add_argument("--calls", type=int, default=200, help="calls per round (default 200)")
     parser.add_argument("--postgres", default=os.environ.get("SNOWSHARD_TEST_POSTGRES_URL"))
     args = parser.parse_args(argv)
-    samples = min(args.samples, args.rows)
-    results = []
-    for backend in args.backends.split(","):
-        if backend == "sqlite":
-            with sqlite_engine() as engine:
-                results += run("sqlite", engine, args.rows, samples)
-        elif backend == "postgresql":
-            if not args.postgres:
-                print(
-                    "postgresql: skipped (no --postgres URL and SNOWSHARD_TEST_POSTGRES_URL unset)"
-                )
-                continue
-            with postgres_engine(args.postgres) as engine:
-                results += run("postgresql", engine, args.rows, samples)
-        else:
-            parser.error(f"unknown backend {backend!r}")
-    print(
-        f"\nsnowshard {Order.__shards__.count}-table sharding vs one plain table; "
-        f"Python {platform.python_version()}, SQLAlchemy {sa.__version__}"
-    )
-    print(f"{'backend':<11} {'measure':<38} {'plain':>12} {'sharded':>12} {'ratio':>7}  target")
-    for backend, measure, plain, sharded, target in results:
-        ratio = sharded / plain
-        shown = (
-            f"{plain:>12,.0f} {sharded:>12,.0f}"
-            if "rows/s" in measure
-            else f"{plain * 1e3:>10.3f}ms {sharded * 1e3:>10.3f}ms"
-        )
-        print(f"{backend:<11} {measure:<38} {shown} {ratio:>7.2f}  {target}")
+    if not args.postgres:
+        parser.error("needs PostgreSQL: --postgres URL or SNOWSHARD_TEST_POSTGRES_URL")
+    results = run(args.postgres, args.users, args.per_user, args.rounds, args.calls)
+    report(results, f"{args.users:,} users x {args.per_user} orders")
 
 
 if __name__ == "__main__":

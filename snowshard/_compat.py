@@ -13,15 +13,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from sqlalchemy import Subquery
-from sqlalchemy.sql.elements import _label_reference, _textual_label_reference
+from sqlalchemy.sql.elements import BindParameter, _label_reference, _textual_label_reference
+from sqlalchemy.sql.selectable import _OffsetLimitParam
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
     "KeyedSubquery",
+    "SlotLimitParameter",
+    "SlotParameter",
     "LabelReference",
     "TextualLabelReference",
     "alembic_reverse",
     "bundle_of",
+    "cache_key_of",
     "copy_schema_item",
     "deannotated",
     "distinct_of",
@@ -41,6 +45,7 @@ __all__ = [
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
+    "slot_parameter",
     "without_having",
 ]
 
@@ -216,6 +221,49 @@ def keyed_subquery(selectable: Any, *, name: str, key: str) -> KeyedSubquery:
     subquery: KeyedSubquery = KeyedSubquery._construct(selectable, name=name)
     subquery.snowshard_key = key
     return subquery
+
+
+def cache_key_of(statement: Any) -> Any:
+    """A statement's SQLAlchemy cache key (``key``, ``bindparams``), or None if uncacheable.
+
+    ``_generate_cache_key`` is private in all versions (2.0.x, 2.1.x); the result is
+    memoized on the statement, so the compiled cache reuses it when it is executed.
+    """
+    return statement._generate_cache_key()
+
+
+class SlotParameter(BindParameter[Any]):
+    """A bound parameter whose value is read, at execution, from a callable.
+
+    Its class is part of its cache key (``inherit_cache``), so statements holding it are
+    compiled apart from statements with ordinary parameters, and every compiled form of
+    such a statement reads the callable. Needed on all versions (2.0.x, 2.1.x): there is no
+    public way to give a cached statement new values without copying it.
+    """
+
+    inherit_cache = True
+
+
+class SlotLimitParameter(_OffsetLimitParam, SlotParameter):
+    """:class:`SlotParameter` in a LIMIT/OFFSET position (``_OffsetLimitParam`` is private in
+    all versions; SELECT reads an integer limit from that class only)."""
+
+    inherit_cache = True
+
+
+def slot_parameter(bind: Any, read: Callable[[], Any]) -> SlotParameter:
+    """A :class:`SlotParameter` standing for ``bind`` (same key, type and flags; a LIMIT or
+    OFFSET stays a ``_OffsetLimitParam``, as all versions require)."""
+    cls = SlotLimitParameter if isinstance(bind, _OffsetLimitParam) else SlotParameter
+    return cls(
+        bind.key,
+        callable_=read,
+        type_=bind.type,
+        unique=bind.unique,
+        required=bind.required,
+        expanding=bind.expanding,
+        literal_execute=bind.literal_execute,
+    )
 
 
 # --------------------------------------------------------------------------- Alembic

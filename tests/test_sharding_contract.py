@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select, update
 
+from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.sharding import ShardKeyChanged
 from tests.test_sharding_helpers import COUNT, World, build_world, world_params
 
@@ -259,9 +260,12 @@ def test_failed_flush_leaves_every_table_unchanged(world: World) -> None:
     before = world.rows_by_table()
     with world.session() as session:
         session.add_all([world.m.Order(user_id=u, amount=1) for u in USERS[6:]])
-        session.add(world.m.Order(id=rows[0][0], user_id=rows[0][1], amount=2))
-        with pytest.raises(sa.exc.IntegrityError):
+        duplicate = world.m.Order(id=rows[0][0], user_id=rows[0][1], amount=2)
+        session.add(duplicate)
+        table = world.model.tables[world.expected_shard(duplicate)].name
+        with pytest.raises(ShardOperationError, match="refused a statement") as caught:
             session.commit()
+    assert caught.value.tables == (table,)
     assert world.rows_by_table() == before
 
 

@@ -22,7 +22,7 @@ from snowshard.sharding import (
     UnknownShard,
     sharded_model,
 )
-from snowshard.strategies import Gene, Mix, Mod
+from snowshard.strategies import Gene, Mix, Mod, StrategyError
 from tests.worlds import IDS, WorldFactory
 
 
@@ -118,9 +118,7 @@ def test_default_strategy(count: int, expected: Any) -> None:
     ("shards", "message"),
     [
         (Shards(16, key="user_id", strategy=Gene(8)), "has 8 shards, but __shards__ declares 16"),
-        (Shards(4, key="user_id", strategy=object()), "has no count and shard_of"),
         (Shards(4, key="customer_id"), "'customer_id' is not a column"),
-        (Shards(4, key=()), "at least one column"),
         (Shards(16, key=("id", "user_id"), strategy=Mix(16)), "does not send user_id"),
         (Shards(32, key=("id", "user_id")), "does not send user_id"),
         (Shards(4, key=("note", "user_id")), "must name the same shard"),
@@ -129,9 +127,7 @@ def test_default_strategy(count: int, expected: Any) -> None:
     ],
     ids=[
         "count",
-        "no-shard_of",
         "unknown-key",
-        "no-key",
         "mix-two-keys",
         "too-many-for-gene",
         "unrelated-keys",
@@ -143,6 +139,24 @@ def test_bad_declarations_raise_shard_config_error(shards: Shards, message: str)
     """Each inconsistent declaration raises ShardConfigError naming what to fix."""
     with pytest.raises(ShardConfigError, match=message):
         declare(shards)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"strategy": object()}, StrategyError, "must be a shard strategy"),
+        ({"key": ()}, ShardConfigError, r"must name a column attribute .* got \(\)"),
+        ({"key": None}, ShardConfigError, "got None"),
+        ({"fan_out": "no"}, ShardConfigError, "True or False, got 'no'"),
+    ],
+    ids=["no-shard_of", "no-key", "key-none", "fan_out-str"],
+)
+def test_bad_shards_arguments_are_refused_when_built(
+    arguments: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Shards(...) checks its own arguments at once, before any model uses it."""
+    with pytest.raises(error, match=message):
+        Shards(**{"count": 4, "key": "user_id", **arguments})
 
 
 def test_missing_declaration_is_an_error() -> None:

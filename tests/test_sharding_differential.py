@@ -4,9 +4,10 @@ UnsupportedShardQuery before any SQL runs.
 Five configurations: SQLite, PostgreSQL (one database, two databases) and MariaDB (one, two).
 The rows are created once per configuration; each example builds one statement from a
 grammar (filters on key and non-key columns, IN lists, aggregates and expressions over
-them, GROUP BY selected and unselected keys, HAVING, ORDER BY with ties and NULLs,
-LIMIT/OFFSET, DISTINCT, window functions, subqueries, binding-table and unsharded joins)
-for both models. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` sets the examples per configuration.
+them (division and CAST included), GROUP BY selected and unselected keys, HAVING, ORDER
+BY with ties and NULLs, LIMIT/OFFSET, DISTINCT, window functions, subqueries, binding-table
+and unsharded joins) for both models. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` sets the examples
+per configuration.
 """
 
 from __future__ import annotations
@@ -257,6 +258,10 @@ _AGGREGATES: list[Callable[[Any], Any]] = [
     lambda m: case((func.count() > 3, "many"), else_="few"),
     lambda m: func.count(m.status.distinct()),
     lambda m: func.sum(m.amount) / func.count(),
+    lambda m: func.sum(m.amount) // func.count(),
+    lambda m: cast(func.sum(m.amount) * 10 / func.count(), Integer),
+    lambda m: func.max(m.amount) / (func.min(m.amount) + 1),
+    lambda m: func.count() / 7,
 ]
 
 

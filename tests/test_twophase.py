@@ -22,6 +22,7 @@ from snowshard.sharding.commit_errors import (
     TwoPhaseConfigError,
     TwoPhaseUnavailable,
 )
+from snowshard.sharding.errors import ShardingError
 from snowshard.sharding.twophase import (
     TwoPhase,
     Xid,
@@ -214,6 +215,93 @@ def test_mysql_connection_killed_before_commit_is_a_partial_commit(
     assert (caught.value.committed, caught.value.failed) == (("a",), "b")
     assert not caught.value.retry_safe
     assert ids(a) == {1} and ids(b) == set()
+
+
+def _kill(admin_engine: sa.Engine, connection: sa.Connection) -> None:
+    """KILL the MariaDB connection ``connection`` from a connection of ``admin_engine``."""
+    victim = connection.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+    with admin_engine.connect() as admin:
+        admin.exec_driver_sql(f"KILL CONNECTION {int(victim)}")
+
+
+@pytest.mark.mysql
+def test_mysql_twophase_branch_killed_before_prepare_is_a_safe_failure(
+    database_factory: DatabaseFactory,
+) -> None:
+    """MariaDB: "b"'s connection killed before PREPARE: CommitFailed, retry safe, nothing left."""
+    a, b = (database_factory.engine(u) for u in database_factory("mysql", 2))
+    create_items(a, b)
+    engines = {"a": a, "b": b}
+    with ShardedSession(a, databases=engines, twophase=True) as session:
+        insert(session, a, 1)
+        insert(session, b, 2)
+        _kill(a, session.connection(bind_arguments={"bind": b}))
+        with pytest.raises(CommitFailed, match="could not prepare database 'b'") as caught:
+            session.commit()
+    assert caught.value.retry_safe
+    assert ids(a) == ids(b) == set()
+    assert [x for x in branches(a) if x.group == caught.value.group] == []
+
+
+@pytest.mark.mysql
+def test_mysql_twophase_rollback_after_a_killed_branch_does_not_raise(
+    database_factory: DatabaseFactory,
+) -> None:
+    """MariaDB: rolling back a session whose XA branch lost its connection raises nothing."""
+    a, b = (database_factory.engine(u) for u in database_factory("mysql", 2))
+    create_items(a, b)
+    engines = {"a": a, "b": b}
+    with ShardedSession(a, databases=engines, twophase=True) as session:
+        insert(session, a, 1)
+        insert(session, b, 2)
+        _kill(a, session.connection(bind_arguments={"bind": b}))
+        with pytest.raises((sa.exc.OperationalError, ShardingError)):  # named, or the driver's
+            insert(session, b, 3)
+        session.rollback()
+    assert ids(a) == ids(b) == set()
+
+
+def _backend_id(connection: sa.Connection) -> int:
+    """The server's ID of ``connection`` (PostgreSQL backend PID, MariaDB connection ID)."""
+    sql = "SELECT pg_backend_pid()" if connection.dialect.name == "postgresql" else (
+        "SELECT CONNECTION_ID()"
+    )
+    return int(connection.exec_driver_sql(sql).scalar_one())
+
+
+def _terminate(admin_engine: sa.Engine, backend_id: int) -> None:
+    """End the server connection ``backend_id``, from a connection of ``admin_engine``."""
+    with admin_engine.connect() as admin:
+        if admin.dialect.name == "postgresql":
+            admin.exec_driver_sql(f"SELECT pg_terminate_backend({backend_id})")
+        else:
+            admin.exec_driver_sql(f"KILL CONNECTION {backend_id}")
+
+
+@pytest.mark.parametrize("step", [("committed", "a"), ("committed", "b")], ids=["before", "after"])
+def test_connection_killed_around_its_last_commit_is_a_success(
+    pair: dict[str, sa.Engine], step: tuple[str, str]
+) -> None:
+    """"b"'s connection killed just before or after its commit: commit() still succeeds."""
+    a, b = pair["a"], pair["b"]
+    victim: list[int] = []
+    groups: set[str] = set()
+
+    def on_step(kind: str, group: str, database: str | None) -> None:
+        groups.add(group)
+        if (kind, database) == step:
+            _terminate(a, victim[0])
+
+    with ShardedSession(a, databases=pair, twophase=TwoPhase(on_step=on_step)) as session:
+        insert(session, a, 1)
+        insert(session, b, 2)
+        victim.append(_backend_id(session.connection(bind_arguments={"bind": b})))
+        session.commit()
+        assert not session.in_transaction()
+        session.connection(bind_arguments={"bind": a}).exec_driver_sql("SELECT 1")  # usable
+    b.dispose()  # its pool still holds the killed connection
+    assert ids(a) == {1} and ids(b) == {2}
+    assert [x for x in branches(a) + branches(b) if x.group in groups] == []
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import click
 
 from snowshard.cli.cmd_gen import gen_command
+from snowshard.cli.cmd_explain import explain_command
 from snowshard.cli.cmd_inspect import inspect_command
 from snowshard.cli.cmd_layout import layout_command
 from snowshard.cli.cmd_route import route_command
@@ -86,6 +87,7 @@ for _command in (
     layout_command,
     skew_command,
     txn_group,
+    explain_command,
 ):
     _debug(_command)
     cli.add_command(_command)

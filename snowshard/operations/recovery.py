@@ -118,8 +118,21 @@ class RecoveryReport:
 
 def _keyed(engines: Engines) -> tuple[list[Engine], set[str]]:
     if isinstance(engines, Mapping):
-        return list(engines.values()), {str(k) for k in engines}
-    return list(engines), set()
+        listed, keys = list(engines.values()), {str(k) for k in engines}
+    elif isinstance(engines, (str, bytes)) or not isinstance(engines, Iterable):
+        raise TwoPhaseConfigError(
+            f"recover() takes a mapping of database key -> Engine (or a list of engines), "
+            f"got {type(engines).__name__} {engines!r}"
+        )
+    else:
+        listed, keys = list(engines), set()
+    for engine in listed:
+        if not isinstance(engine, Engine):
+            raise TwoPhaseConfigError(
+                f"recover() needs sqlalchemy Engines, got {type(engine).__name__} {engine!r}; "
+                "use create_engine(url)"
+            )
+    return listed, keys
 
 
 def _default_decisions(engines: Engines, listed: list[Engine]) -> Engine:

@@ -22,19 +22,27 @@ Relationships of a sharded model are declared with ``@declared_attr`` (each phys
 gets its own); joins between sharded models use an explicit ON clause and are run table by
 table when both are sharded alike ("binding tables").
 
-Not supported (a clear error, or documented behaviour): ``HAVING`` and ``COUNT(DISTINCT)``
-merged across shards; joins through a relationship attribute of a sharded model; joins of
-models sharded differently; ``lazy="joined"`` relationships to sharded models; moving a row
-to another shard by changing its key. Across databases, ORDER BY on strings merges by code
-point (not the database collation), results are fully fetched before merging (no
-streaming), and without ``twophase=True`` a commit is per database.
+Every statement either returns what one plain table would, or raises
+:class:`~snowshard.sharding.errors.UnsupportedShardQuery` before any SQL runs
+(:mod:`~.analysis` decides: pushed down exactly, merged, or refused). Refused today, with the
+rewrite to use in the message: ``COUNT(DISTINCT)`` across shards, window functions not
+partitioned by the shard key, keyless subqueries of a sharded model inside a routed query,
+joins through a relationship attribute of a sharded model or of models sharded
+differently, and plain unsharded tables joined across databases (declare them
+:class:`~.reference.Reference` tables). Moving a row to another shard by changing its key
+is refused too. Across databases, ORDER BY on strings merges by code point (not the
+database collation), results are fully fetched before merging (no streaming), and without
+``twophase=True`` a commit is per database (a partial failure raises
+:class:`~.commit_errors.PartialCommitError`).
 
 ``python -m snowshard.demo`` runs this end to end on SQLite; ``examples/`` has the
 multi-database, time-range and async variants. Modules: :mod:`~.declare` (the
 declaration), :mod:`~.mapping` (physical tables and classes), :mod:`~.routing` (keys in
 WHERE), :mod:`~.rewrite`, :mod:`~.execute` and :mod:`~.merge` (running statements on
-shards), :mod:`~.session`, :mod:`~.schema`, :mod:`~.keyset`, :mod:`~.errors`, and :mod:`~.aio`
-(asyncio; loaded on first use of its names, since it needs the ``async`` extra).
+shards), :mod:`~.reference` (tables copied into every database), :mod:`~.hints` (forcing
+statements to tables or databases), :mod:`~.explain`, :mod:`~.session`, :mod:`~.schema`,
+:mod:`~.keyset`, :mod:`~.errors`, and :mod:`~.aio` (asyncio; loaded on first use of its
+names, since it needs the ``async`` extra).
 """
 
 from __future__ import annotations
@@ -43,10 +51,13 @@ from typing import TYPE_CHECKING, Any
 
 from snowshard.sharding.declare import Sharded, Shards, sharded_model
 from snowshard.sharding.errors import (
+    FanOutExceeded,
     FanOutForbidden,
     InvalidPage,
+    InvalidShardHint,
     InvalidShardKey,
     MissingShardKey,
+    ShardHintConflict,
     ShardingError,
     ShardKeyChanged,
     ShardKeyConflict,
@@ -55,8 +66,11 @@ from snowshard.sharding.errors import (
     UnknownShard,
     UnsupportedShardQuery,
 )
+from snowshard.sharding.explain import Explanation, explain
+from snowshard.sharding.hints import shard_hint
 from snowshard.sharding.keyset import Page, keyset, keyset_page
 from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.reference import Reference, reference_table
 from snowshard.sharding.schema import create_all, drop_all, tables_by_database
 from snowshard.sharding.session import ShardedSession
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
@@ -85,12 +99,17 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_DATABASE",
     "AsyncShardedSession",
+    "Explanation",
+    "FanOutExceeded",
     "FanOutForbidden",
     "InvalidPage",
+    "InvalidShardHint",
     "InvalidShardKey",
     "MissingShardKey",
     "Page",
+    "Reference",
     "ShardConfigError",
+    "ShardHintConflict",
     "ShardInfo",
     "ShardKeyChanged",
     "ShardKeyConflict",
@@ -108,9 +127,12 @@ __all__ = [
     "create_all_async",
     "drop_all",
     "drop_all_async",
+    "explain",
     "keyset",
     "keyset_page",
     "keyset_page_async",
+    "reference_table",
+    "shard_hint",
     "sharded_model",
     "tables_by_database",
 ]

@@ -18,15 +18,26 @@ from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.sql.elements import BindParameter
 
 from snowshard._compat import has_multi_values
-from snowshard.sharding.errors import MissingShardKey, UnsupportedShardQuery
+from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.rewrite import Target, retarget
 
-__all__ = ["BIND_KEY", "assigned", "bulk_database", "merge_results", "run_bulk"]
+__all__ = [
+    "BIND_KEY",
+    "HINT_OPTIONS",
+    "assigned",
+    "bulk_database",
+    "merge_results",
+    "run_bulk",
+    "writing_to",
+]
 
 BIND_KEY = "snowshard_database"
 """``bind_arguments`` key (and execution option) naming the database a rewritten statement
 runs on."""
+
+HINT_OPTIONS = ("shard", "database")
+"""Execution options that force a statement to tables or databases (:mod:`~.hints`)."""
 
 _bulk_target: ContextVar[Optional[tuple[Any, str]]] = ContextVar(
     "snowshard_bulk_target", default=None
@@ -47,7 +58,8 @@ def bulk_database(session: Any) -> Optional[str]:
 
 
 @contextmanager
-def _writing_to(session: Any, database: str) -> Iterator[None]:
+def writing_to(session: Any, database: str) -> Iterator[None]:
+    """While the block runs, ORM bulk writes of ``session`` take ``database``'s connection."""
     token = _bulk_target.set((session, database))
     try:
         yield
@@ -87,8 +99,14 @@ def _rows_by_shard(
     return grouped
 
 
-def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
-    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard."""
+def run_bulk(
+    state: ORMExecuteState, model: ShardedModel, allowed: Optional[frozenset[int]] = None
+) -> Result[Any]:
+    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard.
+
+    ``allowed``: the shards a hint permits; a row routed elsewhere raises
+    :class:`~snowshard.sharding.errors.ShardHintConflict` before any SQL runs.
+    """
     statement = state.statement
     if isinstance(statement, Insert) and has_multi_values(statement):
         raise UnsupportedShardQuery(
@@ -101,6 +119,12 @@ def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
         rows = [{**_literal_values(statement), **rows[0]}]
     # an update row whose keys disagree (it would move) raises ShardKeyConflict here
     grouped = _rows_by_shard(model, rows, isinstance(statement, Insert))
+    if allowed is not None and not set(grouped) <= allowed:
+        raise ShardHintConflict(
+            f"rows of this statement on {model.name} belong to shard(s) "
+            f"{sorted(set(grouped) - allowed)}, but the shard hint allows only "
+            f"{sorted(allowed)}; drop the hint or route the rows by their key"
+        )
     results = []
     session = state.session
     for shard, group in grouped.items():
@@ -112,8 +136,11 @@ def run_bulk(state: ORMExecuteState, model: ShardedModel) -> Result[Any]:
             source, params = statement.values(**params), None
         new = retarget(source, {model: Target(model, (shard,))})
         database = model.database_of(shard)
-        options = {**state.local_execution_options, BIND_KEY: database}
-        with _writing_to(session, database):
+        options = {
+            **{k: v for k, v in state.local_execution_options.items() if k not in HINT_OPTIONS},
+            BIND_KEY: database,
+        }
+        with writing_to(session, database):
             results.append(
                 session.execute(
                     new, params, execution_options=options, bind_arguments={BIND_KEY: database}

@@ -13,10 +13,14 @@ from sqlalchemy.exc import DontWrapMixin
 from snowshard.errors import SnowshardError
 
 __all__ = [
+    "FanOutExceeded",
     "FanOutForbidden",
+    "InvalidFanOutLimit",
     "InvalidPage",
+    "InvalidShardHint",
     "InvalidShardKey",
     "MissingShardKey",
+    "ShardHintConflict",
     "ShardKeyChanged",
     "ShardKeyConflict",
     "ShardKeyTypeError",
@@ -69,3 +73,21 @@ class InvalidPage(ShardingError, ValueError):
 
 class UnsupportedShardQuery(ShardingError):
     """A statement whose result cannot be computed shard by shard (the message says why)."""
+
+
+class InvalidShardHint(ShardingError, ValueError):
+    """A shard hint (``shard=`` / ``database=``) of the wrong type, or for a statement it
+    cannot apply to."""
+
+
+class ShardHintConflict(InvalidShardHint):
+    """A shard hint that leaves out shards the statement's WHERE clause or rows need."""
+
+
+class FanOutExceeded(ShardingError, AssertionError):
+    """A statement inside :func:`snowshard.testing.max_fanout` touched more tables or
+    databases than allowed (an ``AssertionError``, so pytest reports it as a failure)."""
+
+
+class InvalidFanOutLimit(ShardingError, ValueError):
+    """A fan-out cap of :func:`snowshard.testing.max_fanout` that is not a positive int."""

@@ -5,8 +5,11 @@ cannot be merged from per-shard values of the whole expression; the merge pushes
 their *atoms* (the aggregates and the GROUP BY keys), merges those, and computes the
 expression here with SQL's NULL rules. :func:`compile_expression` turns an expression into
 a function of the merged atom values once, before any SQL runs, and refuses what it does
-not know (division, CAST, unknown functions) with
+not know (unknown functions and operators) with
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery`.
+
+Division and CAST are computed as the session's database computes the SQL SQLAlchemy
+renders for it (:mod:`~snowshard.sharding.arith`); on other databases they are refused.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from snowshard._compat import LabelReference
 from snowshard.sharding.analysis import describe, function_kind
+from snowshard.sharding.arith import DIALECTS, cast_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["Atoms", "Evaluator", "compile_expression"]
@@ -59,7 +63,9 @@ class Atoms:
     aggregates are found again by structural comparison.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: str = "") -> None:
+        self.dialect = dialect
+        """The database dialect whose arithmetic division and CAST follow."""
         self.helpers: list[Any] = []
         self.kinds: list[Optional[str]] = []
         """Per helper: None for a key, the aggregate's name, or "avg_sum"/"avg_count"."""
@@ -170,10 +176,10 @@ def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
     if isinstance(plain, Case):
         return _case(plain, atoms)
     if isinstance(plain, Cast):
-        raise _refuse(plain, "CAST is computed differently by each database")
+        return _cast(plain, atoms)
     raise _refuse(
         plain, "it is neither a GROUP BY key nor built from count/sum/min/max/avg with "
-        "+, -, *, comparisons, CASE and COALESCE"
+        "+, -, *, /, //, CAST, comparisons, CASE and COALESCE"
     )
 
 
@@ -205,6 +211,11 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         wanted = operator is operators.is_
         return lambda values: (inner(values) is None) == wanted
     function = _ARITHMETIC.get(operator) or _COMPARISON.get(operator)
+    if operator in (operators.truediv, operators.floordiv):
+        if atoms.dialect not in DIALECTS:
+            raise _refuse(element, f"division on {atoms.dialect or 'this database'} is not "
+                          f"merged (only on {', '.join(sorted(DIALECTS))})")  # fmt: skip
+        function = division_function(element, atoms.dialect, _refuse)
     if function is None:
         raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
     left = compile_expression(element.left, atoms)
@@ -215,6 +226,19 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         if a is None or b is None:
             return None
         return function(*_number(a, b))
+
+    return apply
+
+
+def _cast(element: Cast[Any], atoms: Atoms) -> Evaluator:
+    if atoms.dialect not in DIALECTS:
+        raise _refuse(element, f"CAST on {atoms.dialect or 'this database'} is not merged")
+    convert = cast_function(element, atoms.dialect, _refuse)
+    inner = compile_expression(element.clause, atoms)
+
+    def apply(values: Sequence[Any]) -> Any:
+        value = inner(values)
+        return None if value is None else convert(value)
 
     return apply
 

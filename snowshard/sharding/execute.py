@@ -17,7 +17,10 @@ the shards its WHERE clause needs (:mod:`~snowshard.sharding.routing`) and run t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Optional
 from weakref import WeakKeyDictionary
 
@@ -29,18 +32,39 @@ from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import forget_clone_origin, has_options, limit_offset_of
 from snowshard.sharding.analysis import check_aliases, check_nested, unsharded_tables
-from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk
+from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk, writing_to
 from snowshard.sharding.errors import (
     FanOutForbidden,
+    InvalidShardHint,
     ShardKeyChanged,
+    UnknownDatabase,
     UnsupportedShardQuery,
+)
+from snowshard.sharding.hints import (
+    Hint,
+    apply_hint,
+    hint_of,
+    names_physical_tables,
+    session_databases,
 )
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class
+from snowshard.sharding.plan_cache import cached_plan, shape_models
+from snowshard.sharding.reference import copies, is_reference, reference_target, write_copies
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
 
-__all__ = ["DIRECT_MAPPER", "route_execute"]
+__all__ = [
+    "DIRECT_MAPPER",
+    "Plan",
+    "Step",
+    "check_models",
+    "plan_dml",
+    "plan_select",
+    "plan_statement",
+    "route_execute",
+    "watch_plans",
+]
 
 DIRECT_MAPPER = "snowshard_direct_mapper"
 """Execution option set by ``ShardedSession.get`` on the load of one physical class: its
@@ -144,18 +168,20 @@ def _shards(models: Sequence[ShardedModel], route_: Route, what: str) -> list[in
     return sorted(route_.shards) or [0]  # an empty IN list: any one shard answers "none"
 
 
-def _dialect(state: ORMExecuteState, model: ShardedModel) -> str:
-    return state.session.get_bind(mapper=model.mappers[0]).dialect.name
+def _dialect(session: Any, model: ShardedModel) -> str:
+    return session.get_bind(mapper=model.mappers[0]).dialect.name  # type: ignore[no-any-return]
 
 
 def _check_unsharded(
-    state: ORMExecuteState, statement: Any, models: Sequence[ShardedModel], databases: Any
+    session: Any, statement: Any, models: Sequence[ShardedModel], databases: Any
 ) -> None:
-    """Refuse unsharded tables in a statement read from a database that does not hold them."""
-    session: Any = state.session
+    """Refuse unsharded tables in a statement read from a database that does not hold them.
+
+    Reference tables (:mod:`~.reference`) have a copy in every database: never refused.
+    """
     if not getattr(session, "databases", None):
         return  # one database holds everything
-    tables = unsharded_tables(statement)
+    tables = [t for t in unsharded_tables(statement) if not is_reference(t)]
     if not tables:
         return
     names = ", ".join(t.name for t in tables)
@@ -169,19 +195,57 @@ def _check_unsharded(
                 f"{names} is not sharded and lives in one database, but "
                 f"{', '.join(m.name for m in models)} is read from database {database!r} "
                 "here; joining or filtering a sharded model by an unsharded table is not "
-                "supported across databases: query them separately and combine the results"
+                "supported across databases: declare it a reference table (a model "
+                "deriving from snowshard.sharding.Reference is copied into every database), "
+                "or query them separately and combine the results"
             )
 
 
-def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
-    statement = state.statement
+@dataclass
+class Step:
+    """One physical statement of a plan: where it runs and which table indices it reads."""
+
+    database: str
+    shards: tuple[int, ...]
+    statement: Any
+
+
+@dataclass
+class Plan:
+    """How a statement naming logical models runs: its steps and how results combine.
+
+    ``how`` says which way it runs (one shard, one UNION ALL, per database or per shard);
+    ``merge`` is the :class:`~.merge.MergePlan` of a SELECT read from several sources.
+    """
+
+    models: list[ShardedModel]
+    how: str
+    steps: list[Step] = field(default_factory=list)
+    merge: Optional[MergePlan] = None
+
+    @property
+    def tables(self) -> int:
+        """Table indices read (per model): the fan-out over tables."""
+        return len({s for step in self.steps for s in step.shards})
+
+    @property
+    def databases(self) -> int:
+        """Databases the statement runs in: the fan-out over databases."""
+        return len({step.database for step in self.steps})
+
+
+def plan_select(
+    session: Any, statement: Any, models: Sequence[ShardedModel], route_: Route
+) -> Plan:
+    """The plan of a SELECT (refusals raise :class:`UnsupportedShardQuery`, before SQL)."""
     lead = models[0]
     shards = _shards(models, route_, "query")
     if len(shards) == 1:
+        database = lead.database_of(shards[0])
         check_nested(statement, whole=False)
-        _check_unsharded(state, statement, models, {lead.database_of(shards[0])})
+        _check_unsharded(session, statement, models, {database})
         new = _rewrite(statement, models, (shards[0],), route_, shards[0])
-        return _run(state, new, lead.database_of(shards[0]))
+        return Plan(list(models), "one shard", [Step(database, (shards[0],), new)])
     if not isinstance(statement, Select):
         raise UnsupportedShardQuery(
             f"{type(statement).__name__} statements across several shards are not supported; "
@@ -194,23 +258,24 @@ def _select(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Rout
     if route_.shards is None and len(models) == 1 and not options:
         if len(databases) == 1:
             ((database, indices),) = databases.items()
-            _check_unsharded(state, statement, models, {database})
-            return _run(state, _rewrite(statement, models, indices, route_, 0), database)
-        plan = _plan(state, statement, models)
-        _check_unsharded(state, statement, models, set(databases))
-        results = [
-            _run(state, _rewrite(plan.source, models, indices, route_, 0), database)
+            _check_unsharded(session, statement, models, {database})
+            new = _rewrite(statement, models, indices, route_, 0)
+            return Plan(list(models), "one UNION ALL", [Step(database, indices, new)])
+        merge = _plan(session, statement, models)
+        _check_unsharded(session, statement, models, set(databases))
+        steps = [
+            Step(database, indices, _rewrite(merge.source, models, indices, route_, 0))
             for database, indices in databases.items()
         ]
-        return plan.merge(results)
-    plan = _plan(state, statement, models)
-    _check_unsharded(state, statement, models, {lead.database_of(s) for s in shards})
-    results = []
+        return Plan(list(models), "one UNION ALL per database, merged", steps, merge)
+    merge = _plan(session, statement, models)
+    _check_unsharded(session, statement, models, {lead.database_of(s) for s in shards})
+    steps = []
     for shard in shards:
         targets = _targets(models, (shard,))
-        new = retarget(plan.source, targets, _narrowed(route_, targets, shard))
-        results.append(_run(state, new, lead.database_of(shard)))
-    return plan.merge(results)
+        new = retarget(merge.source, targets, _narrowed(route_, targets, shard))
+        steps.append(Step(lead.database_of(shard), (shard,), new))
+    return Plan(list(models), "one statement per shard, merged", steps, merge)
 
 
 def _analysis(statement: Any) -> dict[str, Any]:
@@ -218,9 +283,9 @@ def _analysis(statement: Any) -> dict[str, Any]:
     return found
 
 
-def _plan(state: ORMExecuteState, statement: Any, models: Sequence[ShardedModel]) -> MergePlan:
+def _plan(session: Any, statement: Any, models: Sequence[ShardedModel]) -> MergePlan:
     """The merge of a statement run on several sources (checked once per statement)."""
-    dialect = _dialect(state, models[0])
+    dialect = _dialect(session, models[0])
     memo = _analysis(statement)
     plan: Optional[MergePlan] = memo.get(f"merge:{dialect}")
     if plan is None:
@@ -244,23 +309,24 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
         )
 
 
-def _dml(state: ORMExecuteState, models: Sequence[ShardedModel], route_: Route) -> Result[Any]:
+def plan_dml(statement: Any, models: Sequence[ShardedModel], route_: Route) -> Plan:
+    """The plan of an UPDATE or DELETE: one statement per shard it needs."""
     if len(models) != 1:
         raise UnsupportedShardQuery(
             "an UPDATE or DELETE may name one sharded model only "
             f"(this one names {', '.join(m.name for m in models)})"
         )
     model = models[0]
-    what = "update" if state.is_update else "delete"
+    what = "update" if statement.is_update else "delete"
     shards = _shards(models, route_, what)
-    check_nested(state.statement, whole=False)
-    if state.is_update:
-        _check_assignments(state.statement, model, shards)
-    results = []
-    for shard in shards:
-        new = _rewrite(state.statement, models, (shard,), route_, shard)
-        results.append(_run(state, new, model.database_of(shard)))
-    return merge_results(results)
+    check_nested(statement, whole=False)
+    if statement.is_update:
+        _check_assignments(statement, model, shards)
+    steps = [
+        Step(model.database_of(shard), (shard,), _rewrite(statement, models, (shard,), route_, shard))
+        for shard in shards
+    ]
+    return Plan(list(models), "one statement per shard", steps)
 
 
 def _check_joins(statement: Any) -> None:
@@ -277,18 +343,10 @@ def _check_joins(statement: Any) -> None:
                 )
 
 
-def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
-    """``do_orm_execute`` hook: run statements naming logical models on their shards."""
-    direct = state.execution_options.get(DIRECT_MAPPER)
-    if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
-        return None  # ShardedSession.get's own SELECT of one physical class
-    if state.is_column_load:
-        return None
-    models = _models(state.statement)
-    if not models:
-        return None
-    _check_joins(state.statement)
-    check_aliases(state.statement)
+def check_models(statement: Any, models: Sequence[ShardedModel]) -> None:
+    """Refuse relationship joins, aliases and models sharded differently."""
+    _check_joins(statement)
+    check_aliases(statement)
     lead = models[0]
     for other in models[1:]:
         if not lead.binds_with(other):
@@ -297,15 +355,104 @@ def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
                 f"over {lead.count} vs {other.strategy!r} over {other.count}), so they cannot "
                 "be joined shard by shard; query them separately"
             )
+
+
+def plan_statement(
+    session: Any,
+    statement: Any,
+    params: Mapping[str, Any],
+    hint: Optional[Hint] = None,
+    models: Optional[Sequence[ShardedModel]] = None,
+) -> Plan:
+    """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
+    runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
+    found = list(models) if models is not None else _models(statement)
+    check_models(statement, found)
+    where = getattr(statement, "whereclause", None)
+    route_ = route(found, where, params)
+    if hint is not None:
+        route_ = apply_hint(hint, found, route_)
+    if statement.is_select:
+        return plan_select(session, statement, found, route_)
+    if statement.is_update or statement.is_delete:
+        return plan_dml(statement, found, route_)
+    raise UnsupportedShardQuery(f"cannot route {type(statement).__name__} statements")
+
+
+_watchers: ContextVar[tuple[Callable[[Any, Plan], None], ...]] = ContextVar(
+    "snowshard_plan_watchers", default=()
+)
+
+
+@contextmanager
+def watch_plans(callback: Callable[[Any, Plan], None]) -> Iterator[None]:
+    """Call ``callback(session, plan)`` for each plan :func:`route_execute` runs in the block
+    (before its SQL is sent); :func:`snowshard.testing.max_fanout` uses it."""
+    token = _watchers.set((*_watchers.get(), callback))
+    try:
+        yield
+    finally:
+        _watchers.reset(token)
+
+
+def _unsharded(state: ORMExecuteState, hint: Optional[Hint]) -> Optional[Result[Any]]:
+    """A statement naming no logical model: reference-table writes and database hints."""
+    session: Any = state.session
+    if BIND_KEY in state.bind_arguments:
+        return None  # a statement this module already routed
+    if hint is not None and names_physical_tables(state.statement):
+        return None  # a physical table names its own database
+    if hint is not None and hint.shards is not None:
+        raise InvalidShardHint(
+            f"shard={sorted(hint.shards)} names tables of a sharded model, but this statement "
+            "names none; use database=... for unsharded and reference tables"
+        )
+    if hint is not None and hint.database is not None:
+        known = session_databases(session)
+        if hint.database not in known:
+            raise UnknownDatabase(
+                f"database={hint.database!r}: this session has engines for {known} only; "
+                "name one of those"
+            )
+    target = reference_target(state.statement)
+    if target is not None and getattr(session, "databases", None):
+        keys = [hint.database] if hint is not None and hint.database else copies(session)
+        return write_copies(state, keys)
+    if hint is not None and hint.database is not None:
+        with writing_to(session, hint.database):
+            return state.invoke_statement(bind_arguments={BIND_KEY: hint.database})
+    return None
+
+
+def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
+    """``do_orm_execute`` hook: run statements naming logical models on their shards."""
+    direct = state.execution_options.get(DIRECT_MAPPER)
+    if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
+        return None  # ShardedSession.get's own SELECT of one physical class
+    if state.is_column_load:
+        return None
+    session: Any = state.session
+    hint = hint_of(session, state.execution_options)
+    models = shape_models(state.statement, _models)
+    if not models:
+        return _unsharded(state, hint)
+    lead = models[0]
     if state.is_insert or (state.is_executemany and state.is_update):
+        check_models(state.statement, models)
         if len(models) != 1:
             raise UnsupportedShardQuery("an INSERT may name one sharded model only")
-        return run_bulk(state, lead)
-    where = getattr(state.statement, "whereclause", None)
+        allowed = None
+        if hint is not None:
+            allowed = apply_hint(hint, models, Route(None)).shards
+        return run_bulk(state, lead, allowed)
     params = {} if state.is_executemany else (state.parameters or {})
-    route_ = route(models, where, params)  # type: ignore[arg-type]
-    if state.is_select:
-        return _select(state, models, route_)
-    if state.is_update or state.is_delete:
-        return _dml(state, models, route_)
-    raise UnsupportedShardQuery(f"cannot route {type(state.statement).__name__} statements")
+    plan: Plan = cached_plan(
+        session, state.statement, params, hint, models,
+        lambda: plan_statement(session, state.statement, params, hint, models),  # type: ignore[arg-type]
+    )  # fmt: skip
+    for watcher in _watchers.get():
+        watcher(session, plan)
+    results = [_run(state, step.statement, step.database) for step in plan.steps]
+    if plan.merge is not None:
+        return plan.merge.merge(results)
+    return merge_results(results)

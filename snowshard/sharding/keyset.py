@@ -22,6 +22,7 @@ from typing import Any, Generic, Optional, TypeVar
 from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
+from snowshard.errors import ShardConfigError
 from snowshard.sharding.errors import InvalidPage
 
 __all__ = ["Page", "keyset", "keyset_page", "page_of"]
@@ -41,6 +42,11 @@ def keyset(
     statement: Select[Any], key: Any, *, after: Any = None, size: int = 20, descending: bool = True
 ) -> Select[Any]:
     """``statement`` restricted to the ``size`` rows after ``after`` in ``key`` order."""
+    if not isinstance(statement, Select):
+        raise ShardConfigError(
+            f"keyset() pages a Select statement, got {type(statement).__name__} {statement!r}; "
+            "pass select(Model)"
+        )
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise InvalidPage(f"page size must be an int >= 1, got {size!r}")
     if after is not None:

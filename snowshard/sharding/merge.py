@@ -16,8 +16,10 @@ The rules are ShardingSphere's:
 ORDER BY values are compared in Python: NULLs sort as the database's dialect does (last
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
 ``nulls_last()`` says otherwise; strings compare by code point, not by the database's
-collation. What cannot be merged exactly (``COUNT(DISTINCT ...)``, division and CAST over
-aggregates, window functions not partitioned by the shard key, unknown functions) raises
+collation. Division and CAST over aggregates are computed as the session's database
+computes them (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
+(``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
+functions, division and CAST on other databases) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
 
@@ -28,7 +30,10 @@ from collections.abc import Iterable, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Optional
 
-from sqlalchemy import Select
+from sqlalchemy import Select, null
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.types import NullType
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
@@ -159,6 +164,7 @@ class MergePlan:
         self.distinct = distinct_of(statement)
         self.width = len(statement.column_descriptions)
         """Columns of a result row (an ORM entity is one)."""
+        self.dialect = dialect
         nulls_large = dialect in _NULLS_LARGE
         columns = list(statement.selected_columns)
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
@@ -169,8 +175,10 @@ class MergePlan:
             check_row_expression(having, models)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
         self.grouped = self.grouped or having is not None
-        self.atoms = Atoms()
+        self.atoms = Atoms(dialect)
         self.outputs: list[Evaluator] = []
+        self.direct: list[bool] = []
+        """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
         self.having: Optional[Evaluator] = None
         self.order: list[tuple[Any, bool, bool]] = []
         helpers: list[ColumnElement[Any]]
@@ -178,6 +186,15 @@ class MergePlan:
             self._plan_groups(statement, columns, order, having)
             helpers = self.atoms.helpers
             source = without_having(statement).order_by(None).limit(None).offset(None)
+            # a computed column is rebuilt from the helpers: a source must not compute it
+            # over its own rows only (a division by a partial count of 0, a CAST...)
+            source = source.with_only_columns(
+                *[
+                    c if kept else _placeholder(c, i)
+                    for i, (c, kept) in enumerate(zip(columns, self.direct))
+                ],
+                maintain_column_froms=True,
+            )
         else:
             helpers = []
             for expr, descending, nulls_first in order:
@@ -193,6 +210,22 @@ class MergePlan:
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
         self.source = source.add_columns(*labels) if labels else source
+        self.types = [c.type for c in columns]
+        self.processors: Optional[list[Any]] = None
+        """Result processors of the selected columns computed in Python (set on first merge)."""
+
+    def _process(self) -> list[Any]:
+        """What SQLAlchemy does to each computed column's SQLite value (NUMERIC -> Decimal);
+        PostgreSQL's and MariaDB's drivers return the final types themselves."""
+        if self.processors is None:
+            found: list[Any] = [None] * len(self.types)
+            if self.dialect == "sqlite":
+                dialect = sqlite.dialect()
+                found = [
+                    t.dialect_impl(dialect).result_processor(dialect, None) for t in self.types
+                ]
+            self.processors = found
+        return self.processors
 
     def _plan_groups(
         self, statement: Select[Any], columns: list[Any], order: Sequence[Any], having: Any
@@ -211,6 +244,12 @@ class MergePlan:
         for column in columns:
             try:
                 self.outputs.append(compile_expression(column, atoms))
+                plain = _unwrap(column)
+                self.direct.append(
+                    atoms.key(plain) is not None
+                    or isinstance(plain, FunctionElement)
+                    and plain.name.lower() in _AGGREGATES
+                )
             except UnsupportedShardQuery:
                 if not any(isinstance(i, FunctionElement) for i in walk(column)) and not (
                     atoms.keys
@@ -239,7 +278,9 @@ class MergePlan:
                 parts.append((1, _Reversed(value) if descending else value))
         return tuple(parts)
 
-    def _merge_groups(self, rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    def _merge_groups(
+        self, rows: Iterable[Sequence[Any]], processors: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
         atoms = self.atoms
         base = self.width
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
@@ -262,6 +303,11 @@ class MergePlan:
             if self.having is not None and self.having(values) is not True:
                 continue
             outputs = tuple(output(values) for output in self.outputs)
+            if any(processors):
+                outputs = tuple(
+                    v if f is None or v is None or k else f(v)
+                    for v, f, k in zip(outputs, processors, self.direct)
+                )
             merged.append((outputs, tuple(values)))
         if self.order:
             merged.sort(
@@ -291,7 +337,7 @@ class MergePlan:
         width = self.width
         rows: Iterable[Sequence[Any]]
         if self.grouped:
-            rows = self._merge_groups(r for part in parts for r in part)
+            rows = self._merge_groups((r for part in parts for r in part), self._process())
         elif self.order:
             rows = heapq.merge(*parts, key=self._sort_key)
         else:
@@ -305,6 +351,13 @@ class MergePlan:
         if self.helpers:
             return result.columns(*range(width))
         return result
+
+
+def _placeholder(column: Any, index: int) -> Any:
+    """NULL in place of a computed column, with its type and its label (or a unique one)."""
+    type_ = column.type
+    value = null() if isinstance(type_, NullType) else sql_cast(null(), type_)
+    return value.label(column.name if isinstance(column, Label) else f"snowshard_output_{index}")
 
 
 class _output:

@@ -8,7 +8,8 @@
 
 A table with ``info["snowshard"]`` is created in the database its
 :class:`~snowshard.spec.ShardSpec` names (``databases[key]``, or ``bind`` for the
-default database); every other table of the metadata in ``bind``. Each database is
+default database); a reference table (:mod:`~snowshard.sharding.reference`) in ``bind``
+and in every database; every other table of the metadata in ``bind``. Each database is
 handled in one transaction. For schema changes over time, hand the same ``MetaData`` to
 Alembic: it holds exactly the physical tables, each tagged with its ``ShardInfo``.
 """
@@ -21,15 +22,25 @@ from typing import Optional, TypeVar
 from sqlalchemy import Engine, MetaData, Table
 
 from snowshard.sharding.errors import UnknownDatabase
-from snowshard.spec import DEFAULT_DATABASE, ShardInfo
+from snowshard.sharding.reference import is_reference
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo
 
 __all__ = ["create_all", "drop_all", "plan_by_engine", "tables_by_database"]
 
 _E = TypeVar("_E")  # Engine here; AsyncEngine in snowshard.sharding.aio
 
 
+def _check_metadata(metadata: object) -> None:
+    if not isinstance(metadata, MetaData):
+        raise ShardConfigError(
+            f"expected a sqlalchemy MetaData (Base.metadata), got {type(metadata).__name__} "
+            f"{metadata!r}"
+        )
+
+
 def tables_by_database(metadata: MetaData) -> dict[Optional[str], list[Table]]:
     """Tables of ``metadata`` per database key; None holds the unsharded tables."""
+    _check_metadata(metadata)
     grouped: dict[Optional[str], list[Table]] = {}
     for table in metadata.sorted_tables:
         info = table.info.get("snowshard")
@@ -56,6 +67,12 @@ def plan_by_engine(
                 f"databases={{{key!r}: engine}}"
             )
         per_engine.setdefault(id(engine), (engine, []))[1].extend(tables)
+    references = [t for t in metadata.sorted_tables if is_reference(t)]
+    if references:
+        for engine in [bind, *engines.values()]:
+            if engine is not None:
+                held = per_engine.setdefault(id(engine), (engine, []))[1]
+                held.extend(t for t in references if t not in held)
     return list(per_engine.values())
 
 

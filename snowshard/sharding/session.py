@@ -41,13 +41,16 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
+from snowshard.sharding import driver_errors
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import route_execute
 from snowshard.sharding.flush import check_flush
 from snowshard.sharding.twophase import CommitCoordinator, TwoPhase
+from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.execute import DIRECT_MAPPER
 from snowshard.sharding.model import model_of_class
-from snowshard.spec import DEFAULT_DATABASE
+from snowshard.sharding.reference import is_reference
+from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
 
 __all__ = ["ShardedSession"]
 
@@ -95,11 +98,23 @@ class ShardedSession(Session):
         twophase: Union[bool, TwoPhase] = False,
         **kw: Any,
     ) -> None:
+        if databases is not None and (
+            not isinstance(databases, Mapping) or not all(isinstance(k, str) for k in databases)
+        ):
+            raise ShardConfigError(
+                f"databases must map database keys (str) to engines, got {databases!r}"
+            )
+        if not isinstance(twophase, (bool, TwoPhase)):
+            raise TwoPhaseConfigError(
+                f"twophase must be True, False or a TwoPhase(...), got {twophase!r}"
+            )
         super().__init__(bind=_sync(bind) if bind is not None else None, **kw)
         self.databases: dict[str, _Bind] = {k: _sync(v) for k, v in (databases or {}).items()}
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: Optional[dict[type, Connection]] = None
+        named = {DEFAULT_DATABASE: self.bind} if self.bind is not None else {}
+        driver_errors.install(self, {**named, **self.databases})
 
     def commit(self) -> None:
         """:meth:`Session.commit`; a failure names its database (:mod:`~.twophase`)."""
@@ -168,8 +183,9 @@ class ShardedSession(Session):
             return super().get_bind(mapper, clause=clause, **kw)
         database: Optional[str] = kw.get(BIND_KEY)
         if database is None and mapper is not None:
-            database = _database_of_mapper(inspect(mapper))
-            if database is not None:
+            inspected = inspect(mapper)
+            database = _database_of_mapper(inspected)
+            if database is not None or is_reference(getattr(inspected, "local_table", None)):
                 # an ORM bulk statement asks for its base (logical) mapper's connection
                 database = bulk_database(self) or database
         if database is None and clause is not None and self.databases:

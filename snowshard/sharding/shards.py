@@ -6,6 +6,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from snowshard.errors import ShardConfigError
+from snowshard.strategies import check_strategy
+
 __all__ = ["Shards"]
 
 
@@ -34,6 +37,27 @@ class Shards:
     pattern: str = "{name}_{index:02d}"
     databases: Mapping[str, Iterable[int]] = field(default_factory=dict)
     fan_out: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ShardConfigError(
+                f"Shards(count=...) must be an int >= 1, got {self.count!r}"
+            )
+        keys = (self.key,) if isinstance(self.key, str) else self.key
+        if (
+            isinstance(keys, (bytes, Mapping))
+            or not isinstance(keys, Sequence)
+            or not keys
+            or not all(isinstance(k, str) and k for k in keys)
+        ):
+            raise ShardConfigError(
+                f"Shards(key=...) must name a column attribute (a non-empty str) or a "
+                f"sequence of them, got {self.key!r}"
+            )
+        if self.strategy is not None:
+            check_strategy(self.strategy)
+        if not isinstance(self.fan_out, bool):
+            raise ShardConfigError(f"Shards(fan_out=...) must be True or False, got {self.fan_out!r}")
 
     @property
     def keys(self) -> tuple[str, ...]:

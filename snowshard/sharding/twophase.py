@@ -23,7 +23,15 @@ reading ``pg_prepared_xacts`` or ``XA RECOVER`` can pair the branches of a group
    own transaction, into ``snowshard_txn_decisions`` of the *decisions database* (the
    session's ``bind`` unless configured). The group ID is its primary key.
 4. Every branch is committed (``COMMIT PREPARED`` / ``XA COMMIT``), retried on a new
-   connection if the first attempt fails; then the decision row is deleted.
+   connection if the first attempt fails; then the decision row is deleted. Once every
+   database committed, ``commit()`` succeeds even if SQLAlchemy's closing ``COMMIT`` (which
+   has nothing left to commit) meets a connection killed meanwhile: the session is then
+   closed, its objects detached, instead of reporting a failure that a retry would repeat.
+
+The protocol's own statements run outside the session's naming of driver errors
+(:mod:`.driver_errors`), so their failures become the commit errors below, which say what
+committed; a rollback of a branch whose connection broke never raises (the server rolls an
+unprepared branch back when the connection closes).
 
 **Why it is safe.** *Presumed abort*: a branch without a decision row was never decided
 committed, because the row is committed before any branch commits. Recovery
@@ -68,7 +76,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from snowshard.redaction import scrub, url_secrets
 from snowshard.sharding.commit_errors import (
@@ -79,6 +87,7 @@ from snowshard.sharding.commit_errors import (
     TwoPhaseConfigError,
     TwoPhaseUnavailable,
 )
+from snowshard.sharding.driver_errors import DATABASE_OPTION
 from snowshard.spec import DEFAULT_DATABASE
 
 if TYPE_CHECKING:
@@ -268,6 +277,16 @@ def in_doubt_branches(connection: Connection) -> list[Xid]:
     return found
 
 
+def _execute(connection: Connection, sql: str) -> None:
+    """Run a statement of the commit protocol; a failure stays the driver's error.
+
+    The session names the driver errors of its work (:mod:`.driver_errors`: "nothing was
+    committed, retry"); during a commit only the coordinator knows what committed, so its
+    statements opt out and their failures become the commit errors of this module.
+    """
+    connection.exec_driver_sql(sql, execution_options={DATABASE_OPTION: None})
+
+
 def finish_branch(connection: Connection, xid: Xid, *, commit: bool) -> None:
     """Commit or roll back the prepared branch ``xid`` (``connection`` in autocommit mode)."""
     backend = backend_of(connection.dialect.name) or ""
@@ -275,7 +294,7 @@ def finish_branch(connection: Connection, xid: Xid, *, commit: bool) -> None:
         verb = "XA COMMIT" if commit else "XA ROLLBACK"
     else:
         verb = "COMMIT PREPARED" if commit else "ROLLBACK PREPARED"
-    connection.exec_driver_sql(f"{verb} {xid.literal(backend)}")
+    _execute(connection, f"{verb} {xid.literal(backend)}")
 
 
 def is_unknown_branch(error: BaseException) -> bool:
@@ -474,9 +493,20 @@ class CommitCoordinator:
         except Exception:
             for branch in branches:
                 _detach(branch)  # a prepared branch is recovery's now (presumed abort)
-            session.rollback()
+            try:
+                session.rollback()
+            except SQLAlchemyError:
+                pass  # a broken connection: the commit error above says what happened
             raise
-        base()
+        try:
+            base()
+        except Exception as exc:
+            if not all(b.state == "done" for b in branches) or not _from_driver(branches, exc):
+                raise
+            # Every database committed; SQLAlchemy's own COMMIT, which had nothing left to
+            # commit, met a connection that broke since. The commit succeeded: close the
+            # session (its objects stay loaded, detached) rather than report a failure.
+            session.close()
 
     def _one_by_one(self, branches: list[_Branch]) -> None:
         """Commit each branch in turn (one phase); SQLAlchemy's own COMMIT then finds none."""
@@ -485,9 +515,9 @@ class CommitCoordinator:
             try:
                 if self.settings is not None and branch.backend == "mysql":
                     literal = branch.xid.literal("mysql")
-                    branch.connection.exec_driver_sql(f"XA END {literal}")
+                    _execute(branch.connection, f"XA END {literal}")
                     branch.state = "ended"
-                    branch.connection.exec_driver_sql(f"XA COMMIT {literal} ONE PHASE")
+                    _execute(branch.connection, f"XA COMMIT {literal} ONE PHASE")
                 else:
                     branch.connection.connection.commit()
                 branch.state = "done"
@@ -621,11 +651,11 @@ def _prepare(branch: _Branch) -> None:
     connection = branch.connection
     if branch.backend == "mysql":
         literal = branch.xid.literal("mysql")
-        connection.exec_driver_sql(f"XA END {literal}")
+        _execute(connection, f"XA END {literal}")
         branch.state = "ended"
-        connection.exec_driver_sql(f"XA PREPARE {literal}")
+        _execute(connection, f"XA PREPARE {literal}")
     else:
-        connection.exec_driver_sql(f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
+        _execute(connection, f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
     branch.state = "prepared"
     connection.dispatch.prepare_twophase(connection, str(branch.xid))
 
@@ -667,21 +697,27 @@ def _detach(branch: _Branch) -> None:
 
 
 def _xa_rollback(branch: _Branch) -> None:
-    """SQLAlchemy rolls back a MySQL branch's connection: end and roll back an active XA."""
+    """SQLAlchemy rolls back a MySQL branch's connection: end and roll back an active XA.
+
+    Never raises: when the connection is broken (or breaks now) it is invalidated, so
+    SQLAlchemy skips its own ROLLBACK, and the server rolls back the unprepared branch as
+    the connection closes (a branch that was prepared stays, for recovery).
+    """
     if branch.state not in ("active", "ended"):
         return
     ended = branch.state == "ended"
     branch.state = "done"
+    connection = branch.connection
+    if connection.invalidated:
+        return
     literal = branch.xid.literal("mysql")
-    if not ended:
-        try:
-            branch.connection.exec_driver_sql(f"XA END {literal}")
-        except DBAPIError:
-            pass  # the connection is gone (the server rolls the branch back)
     try:
-        branch.connection.exec_driver_sql(f"XA ROLLBACK {literal}")
-    except DBAPIError:
-        pass
+        if not ended:
+            _execute(connection, f"XA END {literal}")
+        _execute(connection, f"XA ROLLBACK {literal}")
+    except SQLAlchemyError:
+        if not connection.invalidated:
+            connection.invalidate()
 
 
 def _cause(branch: _Branch, error: BaseException) -> str:
@@ -695,6 +731,14 @@ def _cause(branch: _Branch, error: BaseException) -> str:
 def _is_driver_error(branch: _Branch, error: BaseException) -> bool:
     dbapi = branch.connection.dialect.loaded_dbapi
     return isinstance(error, (DBAPIError, dbapi.Error))
+
+
+def _from_driver(branches: Sequence[_Branch], error: BaseException) -> bool:
+    """Whether ``error`` comes from SQLAlchemy or a driver (not from a listener's code)."""
+    cause = error.__cause__
+    return isinstance(error, SQLAlchemyError) or any(
+        cause is not None and _is_driver_error(branch, cause) for branch in branches
+    )
 
 
 def _outcome_unknown(branch: _Branch, error: BaseException) -> bool:

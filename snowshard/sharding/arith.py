@@ -1,0 +1,225 @@
+"""Division and CAST computed in Python exactly as PostgreSQL, MariaDB/MySQL and SQLite do.
+
+A merged aggregate expression (:mod:`~snowshard.sharding.evaluate`) is computed from the
+merged values the database driver returns (``int``, ``Decimal``, ``float``), following
+the SQL SQLAlchemy renders for the session's dialect:
+
+* ``a / b`` (true division): PostgreSQL runs ``a / CAST(b AS NUMERIC)``, a NUMERIC
+  division whose result scale is PostgreSQL's (at least 16 significant digits, never
+  less than either operand's scale, rounded half away from zero); MariaDB/MySQL runs
+  ``a / b``, a DECIMAL with the scale of ``a`` plus ``div_precision_increment`` (4, the
+  server default), rounded half up, NULL when ``b`` is 0; SQLite runs ``a / (b + 0.0)``,
+  a floating-point division, NULL when ``b`` is 0;
+* ``a // b``: on PostgreSQL and SQLite, integers run ``a / b`` (integer division that
+  truncates toward zero; PostgreSQL divides NUMERIC values as above); MariaDB/MySQL runs
+  ``FLOOR(a / b)`` of the DECIMAL division;
+* ``CAST(x AS INTEGER)``: PostgreSQL rounds NUMERIC half away from zero and
+  double precision half to even; MariaDB/MySQL rounds half away from zero; SQLite truncates
+  toward zero. ``CAST(x AS FLOAT)`` is a float on PostgreSQL and SQLite. Other target
+  types are refused.
+
+Any float operand makes the division a floating-point one, as on each database. Division
+by zero on PostgreSQL raises :class:`MergedDivisionByZero`, as the database would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from typing import Any
+
+from sqlalchemy import types as sqltypes
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.functions import FunctionElement
+
+from snowshard.sharding.errors import ShardingError
+
+__all__ = ["DIALECTS", "MergedDivisionByZero", "cast_function", "division_function"]
+
+DIALECTS = frozenset({"postgresql", "mysql", "mariadb", "sqlite"})
+"""Dialects whose division and CAST the merge reproduces."""
+
+_PG_MIN_SIG_DIGITS = 16
+_PG_MAX_SCALE = 1000
+_MYSQL_DIV_INCREMENT = 4
+
+Refuse = Callable[[Any, str], Exception]
+
+
+class MergedDivisionByZero(ShardingError, ZeroDivisionError):
+    """A division by zero in an expression over merged aggregates, on a database (PostgreSQL)
+    that raises an error for it instead of returning NULL."""
+
+
+def _scale(value: Decimal) -> int:
+    exponent = value.as_tuple().exponent
+    return max(0, -exponent) if isinstance(exponent, int) else 0
+
+
+def _unscaled(value: Any, scale: int) -> int:
+    """``value * 10**scale`` as an exact integer (``value`` has at most ``scale`` decimals)."""
+    return int(Decimal(value).scaleb(scale))
+
+
+def _round_half_away(numerator: int, denominator: int) -> int:
+    quotient, remainder = divmod(abs(numerator), abs(denominator))
+    if 2 * remainder >= abs(denominator):
+        quotient += 1
+    return quotient if (numerator < 0) == (denominator < 0) else -quotient
+
+
+def _decimal_quotient(a: Any, b: Any, scale: int) -> Decimal:
+    """``a / b`` rounded half away from zero to ``scale`` decimals, computed exactly."""
+    a, b = Decimal(a), Decimal(b)
+    digits = max(_scale(a), _scale(b))
+    numerator = _unscaled(a, digits) * 10**scale
+    denominator = _unscaled(b, digits)
+    return Decimal(_round_half_away(numerator, denominator)).scaleb(-scale)
+
+
+def _pg_weight(value: Decimal) -> tuple[int, int]:
+    """PostgreSQL's weight and first base-10000 digit of a NUMERIC value."""
+    if value == 0:
+        return 0, 0
+    magnitude = abs(value)
+    weight = magnitude.adjusted() // 4
+    return weight, int(magnitude.scaleb(-4 * weight))
+
+
+def _pg_numeric_divide(a: Decimal, b: Decimal) -> Decimal:
+    if b == 0:
+        raise MergedDivisionByZero(
+            f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises an "
+            "error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
+        )
+    weight_a, first_a = _pg_weight(a)
+    weight_b, first_b = _pg_weight(b)
+    weight = weight_a - weight_b - (1 if first_a <= first_b else 0)
+    scale = max(_PG_MIN_SIG_DIGITS - weight * 4, _scale(a), _scale(b), 0)
+    return _decimal_quotient(a, b, min(scale, _PG_MAX_SCALE))
+
+
+def _as_pg_numeric(value: Any) -> Decimal:
+    if isinstance(value, float):
+        return Decimal(format(value, ".15g"))  # float8 -> numeric keeps 15 digits
+    return Decimal(value)
+
+
+def _float_divide(a: Any, b: Any, dialect: str) -> Any:
+    if b == 0:
+        if dialect == "postgresql":
+            raise MergedDivisionByZero(
+                f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises "
+                "an error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
+            )
+        return None
+    return float(a) / float(b)
+
+
+def _divide(a: Any, b: Any, dialect: str) -> Any:
+    """``a / b`` as the database evaluates it for these operand values."""
+    if isinstance(a, float) or isinstance(b, float):
+        return _float_divide(a, b, dialect)
+    if dialect == "postgresql":
+        if isinstance(a, int) and isinstance(b, int):
+            return _truncate(a, b, dialect)
+        return _pg_numeric_divide(Decimal(a), Decimal(b))
+    if dialect in ("mysql", "mariadb"):
+        if b == 0:
+            return None
+        scale = _scale(Decimal(a)) + _MYSQL_DIV_INCREMENT
+        return _decimal_quotient(a, b, scale)
+    return _truncate(a, b, dialect)  # sqlite: integers
+
+
+def _truncate(a: int, b: int, dialect: str) -> Any:
+    if b == 0:
+        if dialect == "postgresql":
+            raise MergedDivisionByZero(
+                f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises "
+                "an error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
+            )
+        return None
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
+
+
+def _is_integer(type_: Any) -> bool:
+    return isinstance(type_, sqltypes.Integer)
+
+
+def _is_float(type_: Any) -> bool:
+    return isinstance(type_, sqltypes.Float)
+
+
+def _check_avg(element: Any, dialect: str, refuse: Refuse) -> None:
+    """MariaDB/MySQL computes AVG inside an expression with more digits than it returns, so
+    a division or CAST of it cannot be rebuilt from the returned AVG."""
+    if dialect not in ("mysql", "mariadb"):
+        return
+    stack = [element]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, FunctionElement) and str(item.name).lower() == "avg":
+            raise refuse(element, f"{dialect} computes AVG inside it with more digits than "
+                         "it returns (divide SUM by COUNT instead)")  # fmt: skip
+        stack.extend(item.get_children())
+
+
+def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any, Any], Any]:
+    """The function of (left, right) values that ``element`` (``a / b`` or ``a // b``)
+    computes on ``dialect``; refuses what that dialect's SQL would compute otherwise."""
+    _check_avg(element, dialect, refuse)
+    right_type = element.right.type
+    if element.operator is operators.truediv:
+        if dialect == "postgresql":
+            if isinstance(right_type, sqltypes.Numeric) and not _is_float(right_type) and (
+                right_type.precision is not None or right_type.scale is not None
+            ):
+                raise refuse(element, "the divisor is cast to its NUMERIC(p, s) type")
+            if _is_float(right_type):
+                return lambda a, b: _divide(a, float(b), dialect)
+            return lambda a, b: _divide(a, _as_pg_numeric(b), dialect)
+        if dialect == "sqlite":
+            return lambda a, b: _divide(a, float(b), dialect)
+        return lambda a, b: _divide(a, b, dialect)
+    # floor division
+    if dialect in ("mysql", "mariadb"):
+
+        def floor(a: Any, b: Any) -> Any:
+            quotient = _divide(a, b, dialect)
+            if quotient is None:
+                return None
+            if isinstance(quotient, float):
+                return float(math.floor(quotient))
+            return quotient.to_integral_value(rounding=ROUND_FLOOR)
+
+        return floor
+    if not (_is_integer(element.left.type) and _is_integer(right_type)):
+        raise refuse(element, f"{dialect} computes FLOOR(a / b) for non-integer operands")
+    return lambda a, b: _divide(a, b, dialect)
+
+
+def cast_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any], Any]:
+    """The function of a value that ``CAST(value AS type)`` computes on ``dialect``."""
+    target = element.type
+    _check_avg(element, dialect, refuse)
+    if _is_integer(target):
+        if dialect == "sqlite":
+            return lambda v: int(v)  # truncates toward zero
+        if dialect == "postgresql":
+            return lambda v: round(v) if isinstance(v, float) else _round_integer(v)
+        return _round_integer
+    if _is_float(target) and dialect in ("postgresql", "sqlite"):
+        return lambda v: float(v)
+    raise refuse(element, f"CAST to {target} is not merged on {dialect} (only to integers"
+                 " everywhere, and to FLOAT on PostgreSQL and SQLite)")  # fmt: skip
+
+
+def _round_integer(value: Any) -> int:
+    """Half away from zero, as NUMERIC -> integer casts round."""
+    if isinstance(value, int):
+        return value
+    exact = Decimal(value) if not isinstance(value, float) else Decimal(repr(value))
+    return int(exact.to_integral_value(rounding=ROUND_HALF_UP))

@@ -1,0 +1,138 @@
+"""Driver errors of sharded work, named: which database, which physical tables, retry or not.
+
+A :class:`~snowshard.sharding.ShardedSession` marks every connection it begins with the key
+of its database (the execution option ``snowshard_database``: a key of
+``ShardedSession(databases=...)``, or ``"default"`` for ``bind``), and watches each of its
+engines with SQLAlchemy's ``handle_error`` event. When the driver raises on such a
+connection (a constraint the database rejects, a connection killed or lost, a lock wait
+timeout), the error reaches the caller as :class:`ShardOperationError`, chained to the
+driver's exception, instead of a bare ``sqlalchemy.exc.DBAPIError`` that names no database.
+Connections of plain sessions on the same engines carry no mark and are left alone.
+
+Retrying: a statement that fails inside a session's transaction commits nothing (commits
+have their own errors, :mod:`~snowshard.sharding.commit_errors`), so after
+``session.rollback()`` running the whole transaction again stores nothing twice; every
+:class:`ShardOperationError` says so and has ``retry_safe=True``. Whether a retry can
+*succeed* is another matter: a rejected constraint fails again, a lost connection usually
+does not (``disconnect`` tells them apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Table, event
+from sqlalchemy.engine import Connection, Engine, ExceptionContext
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.visitors import iterate
+
+from snowshard.redaction import scrub, url_secrets
+from snowshard.sharding.errors import ShardingError
+
+__all__ = ["DATABASE_OPTION", "ShardOperationError", "install", "mark", "watch"]
+
+DATABASE_OPTION = "snowshard_database"
+"""Execution option naming the database key of a sharded session's connection."""
+
+
+class ShardOperationError(ShardingError):
+    """The database refused or lost a statement of sharded work (module docstring).
+
+    ``database`` is the database key, ``tables`` the physical tables the statement named
+    (empty when SQLAlchemy did not compile it), ``disconnect`` whether the connection was
+    lost, and ``retry_safe`` whether running the transaction again stores nothing twice.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        database: str,
+        tables: tuple[str, ...],
+        disconnect: bool,
+        retry_safe: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.database = database
+        self.tables = tables
+        self.disconnect = disconnect
+        self.retry_safe = retry_safe
+
+
+def watch(engine: Engine) -> None:
+    """Name the driver errors of ``engine``'s marked connections (idempotent)."""
+    if not event.contains(engine, "handle_error", _named):
+        event.listen(engine, "handle_error", _named)
+
+
+def mark(connection: Connection, database: str) -> None:
+    """Mark ``connection`` (checked out by a sharded session) as ``database``'s."""
+    connection.execution_options(**{DATABASE_OPTION: database})
+
+
+def install(session: Session, binds: Mapping[str, Engine | Connection]) -> None:
+    """Name driver errors of ``session``'s work: ``binds`` maps database key -> engine."""
+    engines = {key: bind.engine for key, bind in binds.items()}
+    keys = {id(engine): key for key, engine in engines.items()}
+    for engine in engines.values():
+        watch(engine)
+
+    def mark_begun(session: Session, transaction: Any, connection: Connection) -> None:
+        key = keys.get(id(connection.engine))
+        if key is not None:
+            mark(connection, key)
+
+    event.listen(session, "after_begin", mark_begun)
+
+
+def _named(context: ExceptionContext) -> BaseException | None:
+    error = context.sqlalchemy_exception
+    if not isinstance(error, DBAPIError):
+        return None  # snowshard's own errors and SQLAlchemy's non-driver ones pass through
+    database = _database_of(context)
+    if database is None:
+        return None
+    tables = _tables_of(context)
+    where = f"database {database!r}" + (f", table {', '.join(tables)}" if tables else "")
+    original = context.original_exception
+    cause = f"{type(original).__module__}.{type(original).__name__}: {original}".strip()
+    secrets = url_secrets(context.engine.url) if context.engine is not None else frozenset()
+    if context.is_disconnect:
+        what = f"the connection to {where} was lost ({scrub(cause, secrets)})"
+    else:
+        what = f"{where} refused a statement: {scrub(cause, secrets)}"
+    return ShardOperationError(
+        f"{what}. Nothing of this transaction was committed: roll the session back; running "
+        "the whole transaction again is safe (it stores nothing twice)",
+        database=database,
+        tables=tables,
+        disconnect=bool(context.is_disconnect),
+    )
+
+
+def _database_of(context: ExceptionContext) -> str | None:
+    options: Mapping[str, Any]
+    if context.execution_context is not None:
+        options = context.execution_context.execution_options
+    elif context.connection is not None:
+        options = context.connection.get_execution_options()
+    else:
+        return None
+    database = options.get(DATABASE_OPTION)
+    return database if isinstance(database, str) else None
+
+
+def _tables_of(context: ExceptionContext) -> tuple[str, ...]:
+    compiled = context.execution_context.compiled if context.execution_context else None
+    if compiled is None or compiled.statement is None:
+        return ()
+    named: list[str] = []
+    physical: list[str] = []
+    for element in iterate(compiled.statement):
+        if isinstance(element, Table) and element.name not in named:
+            named.append(element.name)
+            if "snowshard" in element.info:
+                physical.append(element.name)
+    return tuple(physical or named)

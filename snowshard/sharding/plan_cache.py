@@ -1,0 +1,273 @@
+"""Plans computed once per statement shape, so a new bound value costs a routing decision only.
+
+Applications build a new statement per call (``select(Order).where(Order.user_id ==
+user)``). Statements of one *shape* (equal SQLAlchemy cache keys: same structure, any
+bound values) name the same models, pass the same checks and are rewritten alike; only
+the shards their key values name differ. This module keeps, per shape, in a bounded LRU
+per ORM entity (the statement's subject):
+
+* the sharded models the statement names;
+* per routing outcome (the shards its WHERE names, the shard hint, the session's
+  databases): the plan of a statement read from one source (one shard, or one UNION ALL),
+  whose physical statements read their bound values from the statement being executed
+  (:class:`~snowshard._compat.SlotParameter`). Their SQLAlchemy cache keys are computed
+  once, so the compiled cache hits without walking them again;
+* plans merged from several sources are kept only for equal bound values (their merge
+  depends on LIMIT, OFFSET and constants), and never when execution parameters are given.
+
+Keys are cache-key tuples, never ``id()``; a plan is only reused for the same routing
+outcome and the same map of databases, and never for a shape that names unsharded tables
+when the session has several databases (whether those may be read depends on the
+session). Statements SQLAlchemy cannot cache, UPDATE and DELETE always take the full path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, Optional
+
+from sqlalchemy import Select
+from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.visitors import replacement_traverse
+
+from snowshard._compat import (
+    SlotParameter,
+    cache_key_of,
+    forget_clone_origin,
+    plugin_subject_of,
+    slot_parameter,
+)
+from snowshard.sharding.analysis import unsharded_tables
+from snowshard.sharding.hints import Hint, apply_hint
+from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.routing import route
+
+__all__ = ["PLANS_INFO", "PlanCache", "cached_plan", "plan_cache_of", "shape_models"]
+
+_values: ContextVar[Mapping[object, Sequence[Any]]] = ContextVar(
+    "snowshard_shape_values", default={}
+)
+"""Per cached plan (its owner token): the bound values of the statement being executed."""
+
+_UNCACHEABLE = object()
+
+
+class _Slot:
+    """The value of one bound parameter of the executing statement of its plan."""
+
+    __slots__ = ("default", "index", "owner")
+
+    def __init__(self, owner: object, index: int, default: Any) -> None:
+        self.owner = owner
+        self.index = index
+        self.default = default
+
+    def __call__(self) -> Any:
+        found = _values.get().get(self.owner)
+        return self.default if found is None else found[self.index]
+
+
+class _Shape:
+    """What is known about one statement shape."""
+
+    __slots__ = ("models", "plans", "unsharded")
+
+    def __init__(self, models: list[ShardedModel], unsharded: bool) -> None:
+        self.models = models
+        self.unsharded = unsharded
+        self.plans: dict[Hashable, Any] = {}
+
+
+class _Template:
+    """A cached plan whose statements read the executing statement's values."""
+
+    __slots__ = ("owner", "plan")
+
+    def __init__(self, owner: object, plan: Any) -> None:
+        self.owner = owner
+        self.plan = plan
+
+
+class PlanCache:
+    """A bounded, thread-safe LRU mapping: statement cache key -> what its shape needs."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._entries: OrderedDict[Hashable, _Shape] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Optional[_Shape]:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, shape: _Shape) -> _Shape:
+        with self._lock:
+            found = self._entries.setdefault(key, shape)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+PLANS_INFO = "snowshard_plans"
+"""``info`` key of the class manager of an ORM statement's subject: its :class:`PlanCache`.
+
+Kept with the mapped class, not in a registry of this module, so a declarative base that
+is dropped takes its cached plans (which name its tables and classes) with it."""
+
+
+def plan_cache_of(statement: Any) -> Optional[PlanCache]:
+    """The cache of statements about the same ORM entity as ``statement`` (None for Core
+    statements, which take the full path)."""
+    subject = plugin_subject_of(statement)
+    manager = getattr(getattr(subject, "mapper", None), "class_manager", None)
+    if manager is None:
+        return None
+    found: Optional[PlanCache] = manager.info.get(PLANS_INFO)
+    if found is None:
+        found = manager.info.setdefault(PLANS_INFO, PlanCache())
+    return found
+
+
+def _shape(statement: Any) -> tuple[Any, Optional[PlanCache], Optional[_Shape]]:
+    key = cache_key_of(statement)
+    cache = plan_cache_of(statement) if key is not None else None
+    return key, cache, (cache.get(key.key) if cache is not None else None)
+
+
+def shape_models(statement: Any, find: Callable[[Any], list[ShardedModel]]) -> list[ShardedModel]:
+    """The sharded models ``statement`` names (``find(statement)`` once per shape)."""
+    key, cache, shape = _shape(statement)
+    if shape is not None:
+        return shape.models
+    models = find(statement)
+    if cache is not None:
+        cache.put(key.key, _Shape(models, bool(models and unsharded_tables(statement))))
+    return models
+
+
+def _hashable(values: Sequence[Any]) -> Optional[tuple[Any, ...]]:
+    frozen = tuple(tuple(v) if isinstance(v, list) else v for v in values)
+    try:
+        hash(frozen)
+    except TypeError:
+        return None
+    return frozen
+
+
+def _same(left: Any, right: Any) -> bool:
+    try:
+        return bool(left == right) and type(left) is type(right)
+    except Exception:  # a value type whose == raises or is ambiguous
+        return False
+
+
+def _slotted(statement: Any, logical: Any, owner: object) -> Optional[Any]:
+    """``statement`` (a physical rewrite of the statement with cache key ``logical``) with
+    each bound parameter reading the executing statement's value, or None if its bound
+    parameters do not line up one to one with the logical statement's."""
+    physical = cache_key_of(statement)
+    if physical is None or len(physical.bindparams) != len(logical.bindparams):
+        return None
+    slots: dict[BindParameter[Any], SlotParameter] = {}
+    for index, (mine, theirs) in enumerate(zip(physical.bindparams, logical.bindparams)):
+        if mine.expanding != theirs.expanding or not _same(
+            mine.effective_value, theirs.effective_value
+        ):
+            return None
+        slots[mine] = slot_parameter(mine, _Slot(owner, index, mine.effective_value))
+
+    def replace(element: Any) -> Any:
+        return slots.get(element) if isinstance(element, BindParameter) else None
+
+    copy = forget_clone_origin(replacement_traverse(statement, {}, replace))  # type: ignore[call-overload]
+    rebuilt = cache_key_of(copy)
+    expected = [slots[b] for b in physical.bindparams]
+    if rebuilt is None or len(rebuilt.bindparams) != len(expected):
+        return None
+    if any(a is not b for a, b in zip(rebuilt.bindparams, expected)):
+        return None
+    return copy
+
+
+def _template(plan: Any, logical: Any) -> Any:
+    owner = object()
+    steps = []
+    for step in plan.steps:
+        slotted = _slotted(step.statement, logical, owner)
+        if slotted is None:
+            return _UNCACHEABLE
+        steps.append(dataclasses.replace(step, statement=slotted))
+    return _Template(owner, dataclasses.replace(plan, steps=steps))
+
+
+def _dialect(session: Any, model: ShardedModel) -> Hashable:
+    return session.get_bind(mapper=model.mappers[0]).dialect.name  # type: ignore[no-any-return]
+
+
+def cached_plan(
+    session: Any,
+    statement: Any,
+    params: Any,
+    hint: Optional[Hint],
+    models: Sequence[ShardedModel],
+    build: Callable[[], Any],
+) -> Any:
+    """The plan ``build()`` makes for ``statement``, reused across statements of its shape.
+
+    ``build`` is called (and may raise) whenever no plan is cached for this shape and
+    routing outcome; refusals are never cached, so they are raised every time.
+    """
+    if not isinstance(statement, Select) or not isinstance(params, Mapping):
+        return build()
+    key, _, shape = _shape(statement)
+    databases = getattr(session, "databases", None) or {}
+    if shape is None or shape.models != list(models) or (shape.unsharded and databases):
+        return build()
+    route_ = route(models, getattr(statement, "whereclause", None), params)
+    if hint is not None:
+        route_ = apply_hint(hint, models, route_)
+    outcome = (route_.shards, hint, session.bind, tuple(databases.items()))
+    found = shape.plans.get(outcome)
+    plan = None
+    if found is None:  # first time: the full plan (or a refusal), then its template
+        plan = build()
+        if plan.merge is None:
+            found = shape.plans[outcome] = _template(plan, key)
+        else:
+            found = shape.plans[outcome] = {}
+    if isinstance(found, _Template):  # run the template even now: one compiled form
+        _values.set({found.owner: tuple(b.effective_value for b in key.bindparams)})
+        return found.plan
+    values = _hashable([b.effective_value for b in key.bindparams])
+    if found is _UNCACHEABLE or params or values is None:
+        return plan if plan is not None else build()
+    merged_key = (values, _dialect(session, models[0]))
+    cached = found.get(merged_key)
+    if cached is not None:
+        return cached
+    if plan is None:
+        plan = build()
+    if len(found) < 64:  # per routing outcome: the most common values only
+        found[merged_key] = plan
+    return plan

@@ -1,0 +1,134 @@
+"""Division and CAST over aggregates merged across databases exactly as each database computes
+them: same values, same Python types, same decimal scale as one unsharded table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Integer, String, cast, func, select
+
+from snowshard.sharding import UnsupportedShardQuery
+from snowshard.sharding.arith import MergedDivisionByZero
+from snowshard.sharding.merge import MergePlan
+from tests.test_sharding_differential import Setup, build_setup
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mariadb", marks=pytest.mark.mysql),
+]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def setup(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
+    """The differential test's rows over two databases of each backend."""
+    yield from build_setup(request, tmp_path_factory.mktemp("merges"), request.param, 2)
+
+
+def _exact(rows: Any) -> list[tuple[Any, ...]]:
+    """Rows as (type name, text) pairs, so that 3.5 and 3.5000 differ."""
+    found = [tuple((type(v).__name__, str(v)) for v in row) for row in rows]
+    return sorted(found)
+
+
+def _both(setup: Setup, build: Any) -> tuple[list[Any], list[Any]]:
+    s = setup.schema
+    with setup.session() as session:
+        got = _exact(session.execute(build(s.Order)))
+        twin = _exact(session.execute(build(s.OrderTwin)))
+    return got, twin
+
+
+def _grouped(*columns: Any) -> Any:
+    def build(m: Any) -> Any:
+        return select(m.status, *[c(m) for c in columns]).group_by(m.status)
+
+    return build
+
+
+def test_cast_of_avg_times_100_is_exact(setup: Setup) -> None:
+    """cast(avg(x) * 100, Integer) per group equals the database's own rounding (refused on
+    MariaDB, which computes AVG inside expressions with more digits than it returns)."""
+    build = _grouped(lambda m: cast(func.avg(m.amount) * 100, Integer))
+    if setup.name.startswith("mysql"):
+        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
+            session.execute(build(setup.schema.Order))
+        return
+    got, twin = _both(setup, build)
+    assert got == twin and len(got) == 4
+
+
+def test_sum_divided_by_count_is_exact(setup: Setup) -> None:
+    """sum(x) / count() has the database's type and scale (NUMERIC, DECIMAL or REAL)."""
+    got, twin = _both(setup, _grouped(lambda m: func.sum(m.amount) / func.count()))
+    assert got == twin and len(got) == 4
+
+
+def test_floor_division_is_exact(setup: Setup) -> None:
+    """sum(x) // count() truncates or floors as the database does."""
+    got, twin = _both(setup, _grouped(lambda m: func.sum(m.amount) // func.count()))
+    assert got == twin and len(got) == 4
+
+
+def test_avg_divided_by_a_constant_is_exact(setup: Setup) -> None:
+    """avg(x) / 3 keeps the database's scale (refused on MariaDB, as above)."""
+    build = _grouped(lambda m: func.avg(m.amount) / 3)
+    if setup.name.startswith("mysql"):
+        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
+            session.execute(build(setup.schema.Order))
+        return
+    got, twin = _both(setup, build)
+    assert got == twin and len(got) == 4
+
+
+def test_cast_of_a_division_is_exact_without_groups(setup: Setup) -> None:
+    """cast(sum(x) * 7 / count(), Integer) over every row gives one equal row."""
+    got, twin = _both(
+        setup,
+        lambda m: select(cast(func.sum(m.amount) * 7 / func.count(), Integer)).select_from(m),
+    )
+    assert got == twin and len(got) == 1
+
+
+def test_cast_to_a_string_is_refused_before_any_sql(setup: Setup) -> None:
+    """CAST to VARCHAR of an aggregate is refused, naming CAST, before SQL runs."""
+    setup.sent.clear()
+    statement = select(cast(func.sum(setup.schema.Order.amount), String(10)))
+    with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="CAST"):
+        session.execute(statement.select_from(setup.schema.Order))
+    assert setup.sent == []
+
+
+def test_division_on_a_dialect_without_known_rules_is_refused(setup: Setup) -> None:
+    """A merge for a dialect whose division rules are unknown refuses the division."""
+    order = setup.schema.Order
+    with pytest.raises(UnsupportedShardQuery, match="division on oracle"):
+        MergePlan(select(func.sum(order.amount) / func.count()).select_from(order), "oracle")
+
+
+def test_division_by_zero_raises_on_postgresql(setup: Setup) -> None:
+    """A divisor that is 0 only once merged: PostgreSQL's error, NULL elsewhere (as the
+    unsharded table gives)."""
+    order = setup.schema.Order
+    statement = select(func.sum(order.amount) / (func.count() - 40)).select_from(order)
+    with setup.session() as session:
+        if setup.name.startswith("postgresql"):
+            with pytest.raises(MergedDivisionByZero, match="division by zero"):
+                session.execute(statement).all()
+        else:
+            rows: list[Any] = [tuple(row) for row in session.execute(statement)]
+            assert rows == [(None,)]
+
+
+def test_a_source_never_computes_a_merged_division(setup: Setup) -> None:
+    """sum(x) / (count() - 20): a database holding 20 rows would divide by zero; merged, the
+    divisor is 20 and the row equals one table's."""
+    got, twin = _both(
+        setup,
+        lambda m: select(func.sum(m.amount) / (func.count() - 20)).select_from(m),
+    )
+    assert got == twin and len(got) == 1

@@ -1,0 +1,145 @@
+"""Plans cached per statement shape: new bound values reuse the plan and are routed anew."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from snowshard.sharding import ShardedSession, UnsupportedShardQuery
+from snowshard.sharding.plan_cache import PlanCache, plan_cache_of
+from tests.worlds import SqlLog, World, WorldFactory, declare_shop
+
+SHOP = declare_shop(4)
+SPREAD = declare_shop(4, databases=2)
+
+
+def _fill(world: World) -> World:
+    """Two orders for each user 0..7: amounts 10*user and 10*user + 1."""
+    with world.session() as session:
+        session.add_all(
+            world.Order(user_id=u, amount=10 * u + k) for u in range(8) for k in range(2)
+        )
+        session.add_all(world.User(id=u, name=f"u{u}") for u in range(8))
+        session.commit()
+    world.log.clear()
+    return world
+
+
+@pytest.fixture
+def world(sharded_world: WorldFactory) -> World:
+    return _fill(sharded_world(SHOP))
+
+
+@pytest.fixture
+def spread(sharded_world: WorldFactory) -> World:
+    return _fill(sharded_world(SPREAD))
+
+
+def _amounts(session: ShardedSession, user: int, **options: Any) -> list[int]:
+    query = select(SHOP.Order.amount).where(SHOP.Order.user_id == user).order_by("amount")
+    return list(session.scalars(query, execution_options=options))
+
+
+def test_same_shape_routes_each_key_to_its_own_shard(
+    sql_backend: str, sharded_world: WorldFactory, sql_log: SqlLog
+) -> None:
+    """Statements of one shape with keys of different shards read each its own table."""
+    world = _fill(sharded_world(SHOP, sql_backend))
+    with world.session() as session:
+        assert [_amounts(session, u) for u in (1, 2, 3)] == [[10, 11], [20, 21], [30, 31]]
+    assert [set(t) for t in sql_log.tables()] == [{"orders_01"}, {"orders_02"}, {"orders_03"}]
+
+
+def test_new_value_in_the_same_shard_reuses_the_plan_and_compiled_form(world: World) -> None:
+    """Users 1 and 5 share shard 1: one cached plan, one compiled statement, right rows."""
+    cache: dict[Any, Any] = {}
+    with world.session() as session:
+        first = _amounts(session, 1, compiled_cache=cache)
+        shapes = plan_cache_of(select(SHOP.Order.amount))
+        assert shapes is not None
+        hits = shapes.hits
+        second = _amounts(session, 5, compiled_cache=cache)
+        assert shapes.hits > hits
+    assert (first, second) == ([10, 11], [50, 51])
+    assert len(cache) == 1
+
+
+def test_new_values_are_bound_without_a_compiled_cache(world: World) -> None:
+    """With the compiled cache disabled, a reused plan still sends the new value."""
+    with world.session() as session:
+        found = [_amounts(session, u, compiled_cache=None) for u in (1, 5, 1)]
+    assert found == [[10, 11], [50, 51], [10, 11]]
+
+
+def test_limit_is_rebound_in_a_fan_out(world: World) -> None:
+    """A new LIMIT value on a cached UNION ALL plan returns that many rows."""
+    with world.session() as session:
+        counts = [
+            len(session.scalars(select(SHOP.Order).order_by(SHOP.Order.amount).limit(n)).all())
+            for n in (2, 5, 3)
+        ]
+    assert counts == [2, 5, 3]
+
+
+def test_in_list_values_are_rebound(world: World) -> None:
+    """An IN list naming one shard is rebound to the new list of each statement."""
+    with world.session() as session:
+        found = [
+            sorted(session.scalars(select(SHOP.Order.amount).where(SHOP.Order.user_id.in_(us))))
+            for us in ([1, 5], [5], [1])
+        ]
+    assert found == [[10, 11, 50, 51], [50, 51], [10, 11]]
+
+
+def test_merged_plan_is_reused_only_for_equal_values(spread: World) -> None:
+    """Across databases a merged top-n keeps its own LIMIT for each statement."""
+    with spread.session() as session:
+        tops = [
+            list(
+                session.scalars(
+                    select(SPREAD.Order.amount).order_by(SPREAD.Order.amount.desc()).limit(n)
+                )
+            )
+            for n in (2, 3, 2)
+        ]
+    assert tops == [[71, 70], [71, 70, 61], [71, 70]]
+
+
+def test_a_plan_never_leaks_across_sessions_with_different_database_maps(spread: World) -> None:
+    """A join with an unsharded table is re-checked against each session's databases."""
+    user = SPREAD.User
+    order = SPREAD.Order
+
+    def query() -> Any:  # a new statement of the same shape each time
+        return select(order.amount).join(user, user.id == order.user_id).where(order.user_id == 1)
+
+    with spread.session() as session:
+        assert sorted(session.scalars(query())) == [10, 11]
+    engines = spread.databases
+    swapped = {"a": engines["b"], "b": engines["a"]}
+    with ShardedSession(spread.bind, databases=swapped) as session:
+        with pytest.raises(UnsupportedShardQuery, match="users is not sharded"):
+            session.scalars(query()).all()
+
+
+def test_a_refusal_is_raised_for_every_statement_of_the_shape(spread: World) -> None:
+    """Refusals are never cached: each statement of a refused shape raises again."""
+    user = SPREAD.User
+    order = SPREAD.Order
+    with spread.session() as session:
+        for key in (2, 3):
+            query = select(order.amount).join(user, user.id == order.user_id)
+            with pytest.raises(UnsupportedShardQuery):
+                session.scalars(query.where(order.user_id == key)).all()
+
+
+def test_the_cache_is_bounded_least_recently_used_first() -> None:
+    """A full cache drops the entry used longest ago."""
+    cache = PlanCache(size=2)
+    for key in ("a", "b"):
+        cache.put(key, object())  # type: ignore[arg-type]
+    assert cache.get("a") is not None
+    cache.put("c", object())  # type: ignore[arg-type]
+    assert (cache.get("a") is not None, cache.get("b"), len(cache)) == (True, None, 2)
