@@ -1,6 +1,6 @@
 """Merging the results of one SELECT run on several shards (or databases), in Python.
 
-The rules are ShardingSphere's:
+The rules:
 
 * rows: each source runs the statement with ``LIMIT offset+n`` and no OFFSET, sorted by
   its ORDER BY; the sorted sources are merged with a heap (:func:`heapq.merge`) on the
