@@ -99,7 +99,7 @@ def test_lease_from_url_owns_its_engine(database_factory: DatabaseFactory) -> No
     url = database_factory("sqlite")[0]
     engine = database_factory.engine(url)
     create_table(engine)
-    lease = DatabaseLease(url)
+    lease = DatabaseLease(url, ttl=1.0, clock_skew=0.1)  # a short fence: the test waits it out
     with lease:
         assert Snowflake(worker=lease).worker == 0
     with engine.connect() as conn:
