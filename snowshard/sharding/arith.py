@@ -87,12 +87,19 @@ def _pg_weight(value: Decimal) -> tuple[int, int]:
     return weight, int(magnitude.scaleb(-4 * weight))
 
 
-def _pg_numeric_divide(a: Decimal, b: Decimal) -> Decimal:
-    if b == 0:
+def _by_zero(a: Any, b: Any, dialect: str) -> None:
+    """What dividing ``a`` by a zero ``b`` gives: PostgreSQL raises, the others give NULL."""
+    if dialect == "postgresql":
         raise MergedDivisionByZero(
             f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises an "
             "error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
         )
+    return None
+
+
+def _pg_numeric_divide(a: Decimal, b: Decimal) -> Decimal:
+    if b == 0:
+        _by_zero(a, b, "postgresql")
     weight_a, first_a = _pg_weight(a)
     weight_b, first_b = _pg_weight(b)
     weight = weight_a - weight_b - (1 if first_a <= first_b else 0)
@@ -108,12 +115,7 @@ def _as_pg_numeric(value: Any) -> Decimal:
 
 def _float_divide(a: Any, b: Any, dialect: str) -> Any:
     if b == 0:
-        if dialect == "postgresql":
-            raise MergedDivisionByZero(
-                f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises "
-                "an error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
-            )
-        return None
+        return _by_zero(a, b, dialect)
     return float(a) / float(b)
 
 
@@ -135,12 +137,7 @@ def _divide(a: Any, b: Any, dialect: str) -> Any:
 
 def _truncate(a: int, b: int, dialect: str) -> Any:
     if b == 0:
-        if dialect == "postgresql":
-            raise MergedDivisionByZero(
-                f"division by zero in a merged expression ({a} / {b}): PostgreSQL raises "
-                "an error here; guard the divisor, e.g. with NULLIF(divisor, 0)"
-            )
-        return None
+        return _by_zero(a, b, dialect)
     quotient = abs(a) // abs(b)
     return quotient if (a < 0) == (b < 0) else -quotient
 
