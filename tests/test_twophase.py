@@ -195,13 +195,11 @@ def test_twophase_prepare_failure_commits_nothing(pg_pair: dict[str, sa.Engine])
 
 
 @pytest.mark.mysql
-def test_mysql_connection_killed_before_commit_is_a_partial_commit(
-    database_factory: DatabaseFactory,
-) -> None:
+@pytest.mark.parametrize("pair", ["mysql"], indirect=True)
+def test_mysql_connection_killed_before_commit_is_a_partial_commit(pair: dict[str, sa.Engine]) -> None:
     """MariaDB: "b"'s connection killed before COMMIT after "a" committed: named, unsafe retry."""
-    a, b = (database_factory.engine(u) for u in database_factory("mysql", 2))
-    create_items(a, b)
-    engines = {"a": a, "b": b}
+    engines = pair
+    a, b = engines["a"], engines["b"]
     with ShardedSession(a, databases=engines) as session:
         insert(session, a, 1)
         insert(session, b, 2)
@@ -225,13 +223,11 @@ def _kill(admin_engine: sa.Engine, connection: sa.Connection) -> None:
 
 
 @pytest.mark.mysql
-def test_mysql_twophase_branch_killed_before_prepare_is_a_safe_failure(
-    database_factory: DatabaseFactory,
-) -> None:
+@pytest.mark.parametrize("pair", ["mysql"], indirect=True)
+def test_mysql_twophase_branch_killed_before_prepare_is_a_safe_failure(pair: dict[str, sa.Engine]) -> None:
     """MariaDB: "b"'s connection killed before PREPARE: CommitFailed, retry safe, nothing left."""
-    a, b = (database_factory.engine(u) for u in database_factory("mysql", 2))
-    create_items(a, b)
-    engines = {"a": a, "b": b}
+    engines = pair
+    a, b = engines["a"], engines["b"]
     with ShardedSession(a, databases=engines, twophase=True) as session:
         insert(session, a, 1)
         insert(session, b, 2)
@@ -244,13 +240,11 @@ def test_mysql_twophase_branch_killed_before_prepare_is_a_safe_failure(
 
 
 @pytest.mark.mysql
-def test_mysql_twophase_rollback_after_a_killed_branch_does_not_raise(
-    database_factory: DatabaseFactory,
-) -> None:
+@pytest.mark.parametrize("pair", ["mysql"], indirect=True)
+def test_mysql_twophase_rollback_after_a_killed_branch_does_not_raise(pair: dict[str, sa.Engine]) -> None:
     """MariaDB: rolling back a session whose XA branch lost its connection raises nothing."""
-    a, b = (database_factory.engine(u) for u in database_factory("mysql", 2))
-    create_items(a, b)
-    engines = {"a": a, "b": b}
+    engines = pair
+    a, b = engines["a"], engines["b"]
     with ShardedSession(a, databases=engines, twophase=True) as session:
         insert(session, a, 1)
         insert(session, b, 2)
