@@ -6,10 +6,18 @@ Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
 
 1. an environment URL, if set::
 
-       SNOWSHARD_TEST_POSTGRES_URL   postgresql+psycopg://postgres@127.0.0.1:5432/postgres
-       SNOWSHARD_TEST_POSTGRES2_URL  (optional) a second PostgreSQL server; defaults to the first
-       SNOWSHARD_TEST_MYSQL_URL      mysql+pymysql://root@127.0.0.1:3306/test
-       SNOWSHARD_TEST_REDIS_URL      redis://127.0.0.1:6379/0
+       SNOWSHARD_TEST_POSTGRES_URL          postgresql+psycopg://postgres@127.0.0.1:5432/postgres
+       SNOWSHARD_TEST_POSTGRES2_URL         postgresql+psycopg://postgres@127.0.0.1:5433/postgres
+       SNOWSHARD_TEST_POSTGRES_REPLICA_URL  postgresql+psycopg://postgres@127.0.0.1:5434/postgres
+       SNOWSHARD_TEST_MYSQL_URL             mysql+pymysql://root@127.0.0.1:3306/test
+       SNOWSHARD_TEST_MYSQL2_URL            mysql+pymysql://root@127.0.0.1:3307/test
+       SNOWSHARD_TEST_REDIS_URL             redis://127.0.0.1:6379/0
+
+   ``POSTGRES2`` and ``MYSQL2`` are second servers of each kind (``.ci/servers.sh`` starts
+   them in CI; ``docker-compose.yml`` describes them); when one is unset, its fixture falls
+   back to the first server of its kind, so the multi-database tests still run, on one
+   server. ``POSTGRES_REPLICA`` is a streaming replica (hot standby) of the first PostgreSQL
+   server; it has no fallback: tests that need it skip without it.
 
    A URL that is set but does not answer is reported (skip, or fail, see below); it never
    silently falls back to a container.
@@ -18,22 +26,27 @@ Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
 3. otherwise the test is skipped with the reason.
 
 With ``SNOWSHARD_REQUIRE_BACKENDS=1`` every "skip" above becomes a failure instead, so CI
-cannot go green by silently skipping the database tests.
+cannot go green by silently skipping the database tests; a second server or the replica
+that is unset then fails its fixture too, instead of falling back.
 
 Isolation: every test gets brand-new databases named ``snowshard_t_<random>`` (SQLite files in
-``tmp_path``) and they are dropped on teardown, so runs can be repeated against the same
-servers. Redis tests get a unique key prefix and only keys under it are deleted afterwards.
+``tmp_path``) and they are dropped on teardown, from the server each was created on, so runs
+can be repeated against the same servers. Redis tests get a unique key prefix and only keys under it are deleted afterwards.
 
 Fixtures (all return plain strings / small objects, never engines):
 
-* session: ``postgres_url``, ``postgres2_url``, ``mysql_url``, ``redis_url`` - server-level
-  admin URLs (psycopg 3 / PyMySQL / redis-py).
+* session: ``postgres_url``, ``postgres2_url``, ``postgres_replica_url``, ``mysql_url``,
+  ``mysql2_url``, ``redis_url`` - server-level admin URLs (psycopg 3 / PyMySQL / redis-py).
 * function: ``database_factory(backend, count=1, *, server_url=None) -> list[str]`` with
   backend in ``"sqlite"``, ``"postgresql"``, ``"mysql"``; ``database_factory.engine(url, **kw)``
-  creates an engine that is disposed before the databases are dropped.
-* function: ``sqlite_url``, ``pg_database_url``, ``pg2_database_url``, ``mysql_database_url``
-  (one fresh database each), ``db_url`` (parametrized over sqlite/postgresql/mysql, one fresh
-  database) and ``db_urls_2`` (same params, two fresh databases on the same server).
+  creates an engine that is disposed before the databases are dropped. Without
+  ``server_url``, the databases of one call alternate between the first and the second
+  server of their kind (first, second, first, ...), so every test that asks for two or more
+  databases - and every sharded world - spans two servers when two are configured.
+* function: ``sqlite_url``, ``pg_database_url``, ``pg2_database_url``, ``mysql_database_url``,
+  ``mysql2_database_url`` (one fresh database each, on the server their name says),
+  ``db_url`` (parametrized over sqlite/postgresql/mysql, one fresh database) and
+  ``db_urls_2`` (same params, two fresh databases: the second on the second server).
 * function: ``redis_db`` -> :class:`RedisNamespace` (``.client``, ``.url``, ``.prefix``,
   ``.key(*parts)``).
 
@@ -68,13 +81,18 @@ from sqlalchemy.pool import NullPool
 __all__ = [
     "DB_NAME_PREFIX",
     "ENV_URLS",
+    "MYSQL2_ENV",
+    "POSTGRES2_ENV",
+    "POSTGRES_REPLICA_ENV",
     "REQUIRE_ENV",
+    "SECOND_SERVER_ENV_URLS",
     "DatabaseFactory",
     "RedisNamespace",
     "async_url",
     "backend_unavailable",
     "check_reachable",
     "docker_unavailable_reason",
+    "env_server_url",
     "list_test_databases",
     "locate_backend",
     "requires_backends",
@@ -84,6 +102,9 @@ __all__ = [
 DB_NAME_PREFIX = "snowshard_t_"
 REQUIRE_ENV = "SNOWSHARD_REQUIRE_BACKENDS"
 POSTGRES2_ENV = "SNOWSHARD_TEST_POSTGRES2_URL"
+MYSQL2_ENV = "SNOWSHARD_TEST_MYSQL2_URL"
+POSTGRES_REPLICA_ENV = "SNOWSHARD_TEST_POSTGRES_REPLICA_URL"
+SECOND_SERVER_ENV_URLS: dict[str, str] = {"postgresql": POSTGRES2_ENV, "mysql": MYSQL2_ENV}
 ENV_URLS: dict[str, str] = {
     "postgresql": "SNOWSHARD_TEST_POSTGRES_URL",
     "mysql": "SNOWSHARD_TEST_MYSQL_URL",
@@ -182,8 +203,8 @@ def _sql_connect_args(url: URL) -> dict[str, Any]:
 def _admin_engine(url: str, *, drop_database: bool = False) -> Engine:
     """A NullPool autocommit engine for CREATE/DROP DATABASE; dispose it after use."""
     parsed = make_url(url)
-    if drop_database:
-        parsed = parsed.set(database=None)
+    if drop_database:  # URL.set(database=None) would keep the database
+        parsed = parsed._replace(database=None)
     return sa.create_engine(
         parsed,
         poolclass=NullPool,
@@ -396,17 +417,55 @@ def postgres_url() -> Iterator[str]:
     yield from _server_url("postgresql")
 
 
+def env_server_url(
+    backend: str, var: str, role: str, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The normalized, reachable URL in ``$var``, or None when it is unset.
+
+    For the optional servers (second servers, the replica). Unset under
+    SNOWSHARD_REQUIRE_BACKENDS=1 fails; unreachable skips (fails when required), like the
+    first servers' URLs.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(var, "").strip()
+    if not raw:
+        if requires_backends(env):
+            backend_unavailable(
+                f"{backend}: ${var} ({role}) is not set; .ci/servers.sh starts one"
+                " and prints the URL",
+                env,
+            )
+        return None
+    url = _normalize(backend, raw)
+    problem = check_reachable(backend, url)
+    if problem is not None:
+        backend_unavailable(f"{problem} (from ${var}, {role})", env)
+    return url
+
+
+def _second_server(request: pytest.FixtureRequest, backend: str) -> str:
+    url = env_server_url(backend, SECOND_SERVER_ENV_URLS[backend], "the second server")
+    if url is None:
+        first: str = request.getfixturevalue(_SERVER_FIXTURES[backend])
+        return first
+    return url
+
+
 @pytest.fixture(scope="session")
 def postgres2_url(request: pytest.FixtureRequest) -> str:
     """A second PostgreSQL server ($SNOWSHARD_TEST_POSTGRES2_URL), else the first one."""
-    raw = os.environ.get(POSTGRES2_ENV, "").strip()
-    if not raw:
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    url = _normalize("postgresql", raw)
-    problem = check_reachable("postgresql", url)
-    if problem is not None:
-        backend_unavailable(f"{problem} (from ${POSTGRES2_ENV})")
+    return _second_server(request, "postgresql")
+
+
+@pytest.fixture(scope="session")
+def postgres_replica_url() -> str:
+    """A streaming replica of the first PostgreSQL server ($SNOWSHARD_TEST_POSTGRES_REPLICA_URL).
+
+    Read-only (hot standby). Skips when unset - fails under SNOWSHARD_REQUIRE_BACKENDS=1.
+    """
+    url = env_server_url("postgresql", POSTGRES_REPLICA_ENV, "the replica of the first server")
+    if url is None:
+        backend_unavailable(f"postgresql: ${POSTGRES_REPLICA_ENV} (a replica) is not set")
     return url
 
 
@@ -414,6 +473,12 @@ def postgres2_url(request: pytest.FixtureRequest) -> str:
 def mysql_url() -> Iterator[str]:
     """Server-level MySQL/MariaDB URL (mysql+pymysql://...) for admin work."""
     yield from _server_url("mysql")
+
+
+@pytest.fixture(scope="session")
+def mysql2_url(request: pytest.FixtureRequest) -> str:
+    """A second MySQL/MariaDB server ($SNOWSHARD_TEST_MYSQL2_URL), else the first one."""
+    return _second_server(request, "mysql")
 
 
 @pytest.fixture(scope="session")
@@ -497,12 +562,20 @@ class DatabaseFactory:
 
     ``factory(backend, count=1, *, server_url=None) -> list[str]`` returns SQLAlchemy URLs
     (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...). ``server_url`` overrides
-    the server (an admin URL) the databases are created on.
+    the server (an admin URL) the databases are created on. Otherwise the databases of one
+    call alternate between ``server_url(kind)`` and ``second_server_url(kind)`` (when given):
+    the first, third, ... on the first server, the second, fourth, ... on the second.
     """
 
-    def __init__(self, tmp_path: Path, server_url: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        server_url: Callable[[str], str],
+        second_server_url: Callable[[str], str] | None = None,
+    ) -> None:
         self._tmp_path = tmp_path
         self._server_url = server_url
+        self._second_server_url = second_server_url
         self._created: list[
             tuple[str, str, str]
         ] = []  # (backend, server_url, name or path)
@@ -520,7 +593,7 @@ class DatabaseFactory:
         if count < 1:
             raise ValueError(f"count must be >= 1, not {count}")
         urls = []
-        for _ in range(count):
+        for index in range(count):
             name = _new_name()
             if kind == "sqlite":
                 path = self._tmp_path / f"{name}.sqlite3"
@@ -530,12 +603,35 @@ class DatabaseFactory:
                 self._created.append((kind, "", str(path)))
                 urls.append(_render(URL.create("sqlite", database=str(path))))
                 continue
-            server = server_url if server_url is not None else self._server_url(kind)
+            server = server_url if server_url is not None else self._default_server(kind, index)
             server = _normalize(kind, server)
             # Record first: if CREATE half-worked, cleanup still tries the DROP.
             self._created.append((kind, server, name))
             urls.append(_create_database(kind, server, name))
         return urls
+
+    def _default_server(self, kind: str, index: int) -> str:
+        """The server of a call's ``index``-th database: the second one for odd indexes."""
+        if index % 2 == 1 and self._second_server_url is not None:
+            return self._second_server_url(kind)
+        return self._server_url(kind)
+
+    @classmethod
+    def for_request(cls, request: pytest.FixtureRequest, tmp_path: Path) -> DatabaseFactory:
+        """A factory on the session's servers (both of each kind), like ``database_factory``.
+
+        For fixtures that manage a factory's lifetime themselves; call ``cleanup()``.
+        """
+
+        def server_url(kind: str) -> str:
+            url: str = request.getfixturevalue(_SERVER_FIXTURES[kind])
+            return url
+
+        def second_server_url(kind: str) -> str:
+            url: str = request.getfixturevalue(_SECOND_SERVER_FIXTURES[kind])
+            return url
+
+        return cls(tmp_path, server_url, second_server_url)
 
     def engine(self, url: str, **kwargs: Any) -> Engine:
         """``create_engine(url, **kwargs)``, disposed automatically before the DROP."""
@@ -563,19 +659,18 @@ class DatabaseFactory:
 
 
 _SERVER_FIXTURES = {"postgresql": "postgres_url", "mysql": "mysql_url"}
+_SECOND_SERVER_FIXTURES = {"postgresql": "postgres2_url", "mysql": "mysql2_url"}
 
 
 @pytest.fixture
 def database_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[DatabaseFactory]:
-    """``database_factory(backend, count=1) -> list[str]`` of brand-new empty databases."""
+    """``database_factory(backend, count=1) -> list[str]`` of brand-new empty databases.
 
-    def server_url(kind: str) -> str:
-        url: str = request.getfixturevalue(_SERVER_FIXTURES[kind])
-        return url
-
-    factory = DatabaseFactory(tmp_path, server_url)
+    The databases of one call alternate between the two servers of their kind.
+    """
+    factory = DatabaseFactory.for_request(request, tmp_path)
     try:
         yield factory
     finally:
@@ -596,7 +691,7 @@ def pg_database_url(database_factory: DatabaseFactory, postgres_url: str) -> str
 
 @pytest.fixture
 def pg2_database_url(database_factory: DatabaseFactory, postgres2_url: str) -> str:
-    """One fresh database on the second PostgreSQL server (or the first, if there is one)."""
+    """One fresh database on the second PostgreSQL server (the first, when none is configured)."""
     return database_factory("postgresql", server_url=postgres2_url)[0]
 
 
@@ -604,6 +699,12 @@ def pg2_database_url(database_factory: DatabaseFactory, postgres2_url: str) -> s
 def mysql_database_url(database_factory: DatabaseFactory, mysql_url: str) -> str:
     """One fresh MySQL/MariaDB database."""
     return database_factory("mysql", server_url=mysql_url)[0]
+
+
+@pytest.fixture
+def mysql2_database_url(database_factory: DatabaseFactory, mysql2_url: str) -> str:
+    """One fresh database on the second MySQL/MariaDB server (the first, when none is configured)."""
+    return database_factory("mysql", server_url=mysql2_url)[0]
 
 
 _DB_PARAMS = [
@@ -623,7 +724,7 @@ def db_url(request: pytest.FixtureRequest, database_factory: DatabaseFactory) ->
 def db_urls_2(
     request: pytest.FixtureRequest, database_factory: DatabaseFactory
 ) -> list[str]:
-    """Two fresh, distinct databases on the same server, per backend."""
+    """Two fresh, distinct databases per backend; the second on the second server, if any."""
     return database_factory(request.param, 2)
 
 
@@ -689,9 +790,12 @@ def redis_db(redis_url: str) -> Iterator[RedisNamespace]:
 _FIXTURE_MARKERS = {
     "postgres_url": "postgres",
     "postgres2_url": "postgres",
+    "postgres_replica_url": "postgres",
     "pg_database_url": "postgres",
     "pg2_database_url": "postgres",
     "mysql_url": "mysql",
+    "mysql2_url": "mysql",
+    "mysql2_database_url": "mysql",
     "mysql_database_url": "mysql",
     "redis_url": "redis",
     "redis_db": "redis",

@@ -12,16 +12,24 @@ from sqlalchemy.engine import make_url
 from tests.backends import (
     DB_NAME_PREFIX,
     ENV_URLS,
+    MYSQL2_ENV,
+    POSTGRES_REPLICA_ENV,
     REQUIRE_ENV,
     DatabaseFactory,
     RedisNamespace,
     async_url,
+    env_server_url,
     list_test_databases,
     locate_backend,
 )
 
 UNREACHABLE_PG = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 SERVER_FIXTURE = {"postgresql": "postgres_url", "mysql": "mysql_url"}
+SECOND_SERVER_FIXTURE = {"postgresql": "postgres2_url", "mysql": "mysql2_url"}
+SERVER_PARAMS = [
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
+]
 BACKEND_PARAMS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
@@ -32,6 +40,13 @@ BACKEND_PARAMS = [
 # (pytest runs tests in file order; function-scoped params do not reorder).
 _RECORDED_DBS: dict[str, str] = {}
 _RECORDED_REDIS: dict[str, str] = {}
+_RECORDED_SECOND: dict[str, str] = {}
+
+
+def _server_of(url: str) -> tuple[str | None, int | None]:
+    """(host, port) of a URL."""
+    parsed = make_url(url)
+    return parsed.host, parsed.port
 
 
 def _exists(request: pytest.FixtureRequest, url: str) -> bool:
@@ -40,8 +55,11 @@ def _exists(request: pytest.FixtureRequest, url: str) -> bool:
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         return Path(str(parsed.database)).exists()
-    server = request.getfixturevalue(SERVER_FIXTURE[backend])
-    return str(parsed.database) in list_test_databases(backend, server)
+    # Asked on the server the URL points at (databases of one call span two servers).
+    server = parsed.set(database="postgres") if backend == "postgresql" else parsed
+    return str(parsed.database) in list_test_databases(
+        backend, server.render_as_string(hide_password=False)
+    )
 
 
 def _table_names(url: str) -> list[str]:
@@ -92,12 +110,11 @@ def test_db_url_was_dropped_after_test(
     assert not _exists(request, _RECORDED_DBS[backend])
 
 
-def test_db_urls_2_are_distinct_databases_on_one_server(db_urls_2: list[str]) -> None:
-    """The two db_urls_2 databases differ, share a server, and do not share tables."""
+def test_db_urls_2_are_distinct_databases(db_urls_2: list[str]) -> None:
+    """The two db_urls_2 databases differ and do not share tables."""
     first, second = (make_url(u) for u in db_urls_2)
     assert len(db_urls_2) == 2
     assert first.database != second.database
-    assert (first.host, first.port) == (second.host, second.port)
     engine = sa.create_engine(first)
     try:
         with engine.begin() as conn:
@@ -108,14 +125,63 @@ def test_db_urls_2_are_distinct_databases_on_one_server(db_urls_2: list[str]) ->
     assert _table_names(db_urls_2[1]) == []
 
 
+@pytest.mark.parametrize("backend", SERVER_PARAMS)
+def test_db_urls_2_second_database_is_on_the_second_server(
+    backend: str, request: pytest.FixtureRequest, database_factory: DatabaseFactory
+) -> None:
+    """Two databases of one call: the first on the first server, the second on the second."""
+    first_server = request.getfixturevalue(SERVER_FIXTURE[backend])
+    second_server = request.getfixturevalue(SECOND_SERVER_FIXTURE[backend])
+    urls = database_factory(backend, 3)
+    names = [str(make_url(u).database) for u in urls]
+    assert [_server_of(u) for u in urls] == [
+        _server_of(first_server), _server_of(second_server), _server_of(first_server)
+    ]
+    on_first = set(list_test_databases(backend, first_server))
+    on_second = set(list_test_databases(backend, second_server))
+    if _server_of(first_server) == _server_of(second_server):
+        pytest.skip(f"one {backend} server only: no second server configured")
+    assert (names[0] in on_first, names[0] in on_second) == (True, False)
+    assert (names[1] in on_first, names[1] in on_second) == (False, True)
+
+
+@pytest.mark.parametrize("backend", SERVER_PARAMS)
+def test_record_second_server_database_for_drop_check(
+    backend: str, request: pytest.FixtureRequest, database_factory: DatabaseFactory
+) -> None:
+    """Record a database made on the second server for the drop check that follows."""
+    second_server = request.getfixturevalue(SECOND_SERVER_FIXTURE[backend])
+    url = database_factory(backend, 2)[1]
+    assert str(make_url(url).database) in list_test_databases(backend, second_server)
+    _RECORDED_SECOND[backend] = url
+
+
+@pytest.mark.parametrize("backend", SERVER_PARAMS)
+def test_second_server_database_was_dropped_after_test(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The second-server database recorded by the previous test no longer exists there."""
+    if backend not in _RECORDED_SECOND:
+        pytest.skip(f"needs test_record_second_server_database_for_drop_check[{backend}]")
+    second_server = request.getfixturevalue(SECOND_SERVER_FIXTURE[backend])
+    name = str(make_url(_RECORDED_SECOND[backend]).database)
+    assert name not in list_test_databases(backend, second_server)
+
+
+def test_database_factory_can_still_put_both_databases_on_one_server(
+    database_factory: DatabaseFactory, postgres_url: str
+) -> None:
+    """server_url= keeps every database of a call on the server it names."""
+    urls = database_factory("postgresql", 2, server_url=postgres_url)
+    assert {_server_of(u) for u in urls} == {_server_of(postgres_url)}
+
+
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_factory_cleanup_drops_even_with_a_leaked_connection(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """cleanup() drops its databases although a connection still holds one open."""
-    factory = DatabaseFactory(
-        tmp_path, lambda kind: request.getfixturevalue(SERVER_FIXTURE[kind])
-    )
+    factory = DatabaseFactory.for_request(request, tmp_path)
     urls = factory(backend, 2)
     assert all(_exists(request, u) for u in urls)
     leaked = sa.create_engine(urls[0])  # deliberately not tracked by the factory
@@ -212,6 +278,26 @@ def test_missing_url_without_docker_skips_or_fails(
         locate_backend(
             "mysql", {REQUIRE_ENV: require}, docker_reason=lambda: "no docker here"
         )
+
+
+def test_unset_second_server_falls_back_when_not_required() -> None:
+    """An unset second server is None (its fixture then uses the first server)."""
+    assert env_server_url("mysql", MYSQL2_ENV, "the second server", {REQUIRE_ENV: ""}) is None
+
+
+def test_unset_second_server_fails_when_required() -> None:
+    """An unset second server fails under SNOWSHARD_REQUIRE_BACKENDS=1, naming its variable."""
+    with pytest.raises(
+        pytest.fail.Exception, match=r"\$SNOWSHARD_TEST_MYSQL2_URL \(the second server\)"
+    ):
+        env_server_url("mysql", MYSQL2_ENV, "the second server", {REQUIRE_ENV: "1"})
+
+
+def test_unreachable_replica_fails_when_required() -> None:
+    """A replica URL that does not answer fails under SNOWSHARD_REQUIRE_BACKENDS=1."""
+    env = {POSTGRES_REPLICA_ENV: UNREACHABLE_PG, REQUIRE_ENV: "1"}
+    with pytest.raises(pytest.fail.Exception, match=r"127\.0\.0\.1:1/x is unreachable"):
+        env_server_url("postgresql", POSTGRES_REPLICA_ENV, "the replica", env)
 
 
 def test_missing_url_with_docker_asks_for_a_container() -> None:

@@ -90,7 +90,7 @@ def test_a_killed_connection_names_its_database(
         backend = session.execute(
             sa.text("select pg_backend_pid()"), bind_arguments={"bind": world.engines["b"]}
         ).scalar_one()
-        with world.engines["a"].connect() as admin:
+        with world.engines["b"].connect() as admin:  # b's server: its connection IDs
             admin.execute(sa.text("select pg_terminate_backend(:pid)"), {"pid": backend})
         with pytest.raises(ShardOperationError) as caught:
             session.scalars(query).all()

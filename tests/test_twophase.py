@@ -206,7 +206,7 @@ def test_mysql_connection_killed_before_commit_is_a_partial_commit(pair: dict[st
         victim = session.connection(bind_arguments={"bind": b}).exec_driver_sql(
             "SELECT CONNECTION_ID()"
         ).scalar_one()
-        with a.connect() as admin:
+        with b.connect() as admin:  # on b's server: connection IDs are per server
             admin.exec_driver_sql(f"KILL CONNECTION {int(victim)}")
         with pytest.raises(PartialCommitError) as caught:
             session.commit()
@@ -231,7 +231,7 @@ def test_mysql_twophase_branch_killed_before_prepare_is_a_safe_failure(pair: dic
     with ShardedSession(a, databases=engines, twophase=True) as session:
         insert(session, a, 1)
         insert(session, b, 2)
-        _kill(a, session.connection(bind_arguments={"bind": b}))
+        _kill(b, session.connection(bind_arguments={"bind": b}))
         with pytest.raises(CommitFailed, match="could not prepare database 'b'") as caught:
             session.commit()
     assert caught.value.retry_safe
@@ -248,7 +248,7 @@ def test_mysql_twophase_rollback_after_a_killed_branch_does_not_raise(pair: dict
     with ShardedSession(a, databases=engines, twophase=True) as session:
         insert(session, a, 1)
         insert(session, b, 2)
-        _kill(a, session.connection(bind_arguments={"bind": b}))
+        _kill(b, session.connection(bind_arguments={"bind": b}))
         with pytest.raises((sa.exc.OperationalError, ShardingError)):  # named, or the driver's
             insert(session, b, 3)
         session.rollback()
@@ -284,7 +284,7 @@ def test_connection_killed_around_its_last_commit_is_a_success(
     def on_step(kind: str, group: str, database: str | None) -> None:
         groups.add(group)
         if (kind, database) == step:
-            _terminate(a, victim[0])
+            _terminate(b, victim[0])
 
     with ShardedSession(a, databases=pair, twophase=TwoPhase(on_step=on_step)) as session:
         insert(session, a, 1)

@@ -1,12 +1,24 @@
-"""Private ``redis-server`` processes for tests that stop, pause or restart Redis.
+"""Private servers for tests that stop, pause or restart one: Redis, PostgreSQL, MariaDB.
 
-Loopback only, no persistence (``--save "" --appendonly no``), on a free port; optionally
-with a password (``--requirepass``) and TLS (a self-signed certificate made with openssl).
+* :class:`RedisServer`: a ``redis-server`` process, loopback only, no persistence
+  (``--save "" --appendonly no``), on a free port; optionally with a password
+  (``--requirepass``) and TLS (a self-signed certificate made with openssl).
+* :class:`PostgresCluster`: a PostgreSQL cluster of the Debian packaging
+  (``pg_createcluster``, trust auth on 127.0.0.1, a free port), dropped with
+  ``pg_dropcluster --stop`` afterwards. ``stop()`` is ``pg_ctlcluster stop -m immediate``
+  (a crash: no shutdown checkpoint, committed work is recovered from the WAL on start).
+* :class:`MariaDBServer`: a ``mariadbd`` process on its own data directory (under the test's
+  ``tmp_path``), socket and free port; ``stop()`` is SIGKILL (a crash: InnoDB recovers).
+
+These are the servers fault tests may stop; the shared test servers (5432/5433/3306/3307)
+are never stopped, other tests use them at the same time. The Debian tools need root; as
+another user the fixture skips (fails under SNOWSHARD_REQUIRE_BACKENDS=1).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -18,8 +30,18 @@ from types import TracebackType
 
 import pytest
 import redis
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 
-__all__ = ["RedisServer", "TLSFiles", "free_port", "make_tls_files", "require_redis_server"]
+__all__ = [
+    "MariaDBServer",
+    "PostgresCluster",
+    "RedisServer",
+    "TLSFiles",
+    "free_port",
+    "make_tls_files",
+    "require_redis_server",
+]
 
 
 def require_redis_server() -> str:
@@ -171,3 +193,188 @@ class RedisServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- SQL servers
+
+
+def _run(args: list[str], timeout: float = 120.0) -> None:
+    """Run a server tool; fail the test with its output if it does not succeed."""
+    done = subprocess.run(
+        args, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+
+
+def _require_root_tools(*tools: str) -> None:
+    from tests.backends import backend_unavailable
+
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        backend_unavailable(f"{', '.join(missing)} not on PATH: cannot start a private server")
+    if os.geteuid() != 0:
+        backend_unavailable(f"{tools[0]} needs root to start a private server")
+
+
+def _wait_answering(url: str, timeout: float) -> str | None:
+    """Connect to ``url`` until it answers; None, or the last error after ``timeout`` s."""
+    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 2})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT 1")
+                return None
+            except sa.exc.DBAPIError as exc:
+                if time.monotonic() > deadline:
+                    return " ".join(str(exc.orig).split())[:500]
+            time.sleep(0.1)
+    finally:
+        engine.dispose()
+
+
+class PostgresCluster:
+    """A private PostgreSQL cluster: ``create()``, ``stop()``, ``start()``, ``drop()``; ``url``.
+
+    Named ``snowshard_t_<random>`` (``pg_lsclusters`` shows it while it lives), trust auth
+    for local and 127.0.0.1 logins, on a free port.
+    """
+
+    def __init__(self, version: str | None = None) -> None:
+        _require_root_tools("pg_createcluster", "pg_ctlcluster", "pg_dropcluster")
+        if version is None:
+            versions = sorted(os.listdir("/etc/postgresql"), key=lambda v: [int(p) for p in v.split(".")])
+            version = versions[-1]
+        self.version = version
+        self.name = "snowshard_t_" + secrets.token_hex(5)
+        self.port = free_port()
+        self._created = False
+
+    @property
+    def url(self) -> str:
+        """Server-level URL (database ``postgres``), psycopg 3."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def create(self, timeout: float = 60.0) -> None:
+        """``pg_createcluster`` (initdb, trust auth), then start it and wait until it answers."""
+        self._created = True
+        _run([
+            "pg_createcluster", "--quiet", self.version, self.name, "-p", str(self.port),
+            "-o", "max_prepared_transactions=8", "-o", "shared_buffers=16MB",
+            "--", "--auth=trust", "--no-sync",
+        ])
+        self.start(timeout)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the cluster, unless it answers (it recovers from its WAL after a crash)."""
+        if _wait_answering(self.url, 0) is None:
+            return
+        _run(["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, "start"])
+        problem = _wait_answering(self.url, timeout)
+        if problem is not None:
+            pytest.fail(f"private PostgreSQL {self.name} did not answer: {problem}")
+
+    def stop(self) -> None:
+        """Stop it the hard way: ``-m immediate`` (every backend quits without a checkpoint)."""
+        _run(["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, "stop",
+              "--", "-m", "immediate"])
+
+    def drop(self) -> None:
+        """``pg_dropcluster --stop``: the cluster, its data and configuration are gone."""
+        if self._created:
+            self._created = False
+            _run(["pg_dropcluster", "--stop", self.version, self.name])
+
+
+class MariaDBServer:
+    """A private ``mariadbd`` on ``directory``: ``create()``, ``stop()``, ``start()``; ``url``.
+
+    It runs as root (like the test), so ``directory`` may be inside pytest's ``tmp_path``.
+
+    ``root@127.0.0.1`` without a password, like the shared servers; database ``test``.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        _require_root_tools("mariadbd", "mariadb-install-db")
+        self.directory = directory
+        self.datadir = directory / "data"
+        self.socket = directory / "mariadbd.sock"
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = directory / "mariadbd.log"
+
+    @property
+    def url(self) -> str:
+        """URL of its ``test`` database (PyMySQL)."""
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/test"
+
+    def create(self, timeout: float = 60.0) -> None:
+        """``mariadb-install-db`` into ``directory``, start, and add root@127.0.0.1."""
+        _run([
+            "mariadb-install-db", "--no-defaults", "--user=root", f"--datadir={self.datadir}",
+            "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+        ])
+        self.start(timeout, first=True)
+
+    def start(self, timeout: float = 60.0, *, first: bool = False) -> None:
+        """Start ``mariadbd`` (unless it runs) and wait until root@127.0.0.1 can log in."""
+        if self._process is not None and self._process.poll() is None:
+            return
+        # --user=root: the data directory is under the test's tmp_path, which only root
+        # may enter (pytest makes it 0700).
+        args = [
+            shutil.which("mariadbd") or "mariadbd", "--no-defaults", "--user=root",
+            f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+            f"--socket={self.socket}", f"--pid-file={self.directory / 'mariadbd.pid'}",
+            "--skip-name-resolve", "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_general_ci", "--innodb-buffer-pool-size=16M",
+            "--skip-log-bin",
+        ]
+        with open(self._log, "ab") as log:
+            self._process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        if first:
+            self._grant_root(timeout)
+        problem = _wait_answering(self.url, timeout)
+        if problem is not None:
+            self.stop()
+            pytest.fail(f"private mariadbd did not answer: {problem}; {self._log_tail()}")
+
+    def _grant_root(self, timeout: float) -> None:
+        """Over the socket (root@localhost): root@127.0.0.1 and database ``test``."""
+        sql = (
+            "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';"
+            " GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
+            " CREATE DATABASE IF NOT EXISTS test;"
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            done = subprocess.run(
+                ["mariadb", "--no-defaults", "--protocol=socket", f"--socket={self.socket}",
+                 "-uroot", "-e", sql],
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False,
+                timeout=30,
+            )
+            if done.returncode == 0:
+                return
+            if time.monotonic() > deadline or (
+                self._process is not None and self._process.poll() is not None
+            ):
+                self.stop()
+                pytest.fail(f"private mariadbd: {done.stderr.strip()}; {self._log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGKILL, as a crash would (InnoDB recovers committed work on the next start)."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+    def _log_tail(self) -> str:
+        return self._log.read_text(errors="replace")[-2000:] if self._log.exists() else ""

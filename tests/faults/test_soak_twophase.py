@@ -254,7 +254,7 @@ def test_twophase_soak_with_killed_connections_ends_clean(
     stop_killing = threading.Event()
     killer = threading.Thread(
         target=_killer,
-        args=(engines["a"].url, backend, engines[VICTIM].url.database, stop_killing, run),
+        args=(engines[VICTIM].url, backend, engines[VICTIM].url.database, stop_killing, run),
         daemon=True,
     )
     killer.start()
@@ -290,7 +290,7 @@ def test_twophase_soak_with_killed_connections_ends_clean(
     )
     assert not run.thread_errors, "\n".join(run.thread_errors)
     assert hung == []
-    assert run.kills >= 2 and final[COMMITTED] > 0
+    assert run.kills >= 2 and run.killed > 0 and final[COMMITTED] > 0
     assert not report.unresolved, str(report)
     assert left == []
     assert problems == {"half-committed": [], "lost or duplicated": []}
