@@ -9,42 +9,62 @@ go.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import Subquery
-from sqlalchemy.sql.elements import BindParameter, _label_reference, _textual_label_reference
+from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
+from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
+from sqlalchemy.sql.base import CompileState
+from sqlalchemy.sql.elements import (
+    BindParameter,
+    _label_reference,
+    _textual_label_reference,
+)
 from sqlalchemy.sql.selectable import _OffsetLimitParam
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
     "KeyedSubquery",
+    "LabelReference",
+    "ResultCloser",
     "SlotLimitParameter",
     "SlotParameter",
-    "LabelReference",
     "TextualLabelReference",
     "alembic_reverse",
+    "await_only",
+    "buffered_copy",
     "bundle_of",
     "cache_key_of",
+    "chunked_result",
     "copy_schema_item",
     "deannotated",
     "distinct_of",
+    "explicit_correlation",
     "fetch_clause_of",
+    "fetch_raw",
     "forget_clone_origin",
+    "greenlet_spawn",
     "group_by_of",
     "has_having",
-    "having_of",
     "has_multi_values",
     "has_options",
+    "having_of",
+    "interim_rows",
     "is_type_bound",
     "keyed_subquery",
+    "later_orm_hooks",
     "limit_offset_of",
     "order_by_of",
     "orm_annotated",
+    "orm_cursor_result",
+    "orm_pre_execute",
     "plugin_subject_of",
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
+    "several_rows_per_object",
     "slot_parameter",
     "without_having",
 ]
@@ -64,7 +84,7 @@ TextualLabelReference = _textual_label_reference
 in all versions)."""
 
 
-def limit_offset_of(statement: Any) -> tuple[Optional[int], Optional[int]]:
+def limit_offset_of(statement: Any) -> tuple[int | None, int | None]:
     """A SELECT's LIMIT and OFFSET as ints (``_limit``/``_offset``, all versions).
 
     Raises :class:`sqlalchemy.exc.CompileError` when either is an expression.
@@ -139,6 +159,20 @@ def deannotated(element: Any) -> Any:
     return element._deannotate() if element._annotations else element
 
 
+def explicit_correlation(select: Any) -> bool:
+    """Whether a SELECT's correlation was set by hand (``correlate()``,
+    ``correlate_except()``, ``correlate(None)``) rather than left automatic.
+
+    SQLAlchemy keeps these settings in the private ``_auto_correlate``, ``_correlate`` and
+    ``_correlate_except`` attributes of ``Select`` (all versions) and has no public reader.
+    """
+    return (
+        not getattr(select, "_auto_correlate", True)
+        or bool(getattr(select, "_correlate", ()))
+        or getattr(select, "_correlate_except", None) is not None
+    )
+
+
 def plugin_subject_of(statement: Any) -> Any:
     """The ORM entity a statement is "about" (``_propagate_attrs``, all versions)."""
     return statement._propagate_attrs.get("plugin_subject")
@@ -205,7 +239,7 @@ class KeyedSubquery(Subquery):
     """
 
     inherit_cache = True  # so that its annotated (ORM) copies use the key below too
-    _cache_key_traversal = [
+    _cache_key_traversal = [  # noqa: RUF012 - SQLAlchemy's hook is a plain class list
         ("snowshard_key", InternalTraversal.dp_string),
         ("_annotations", InternalTraversal.dp_annotations_key),
     ]
@@ -264,6 +298,159 @@ def slot_parameter(bind: Any, read: Callable[[], Any]) -> SlotParameter:
         expanding=bind.expanding,
         literal_execute=bind.literal_execute,
     )
+
+
+# --------------------------------------------------------------------------- ORM execution
+# Running an ORM SELECT on a Connection the caller holds (another thread's, for concurrent
+# fan-out) and turning its rows into ORM results in the Session's thread: Session.execute
+# does exactly these two steps around ``Connection.execute`` (``orm_pre_session_exec``,
+# ``orm_setup_cursor_result`` of the statement's compile-state plugin; public names on a
+# class SQLAlchemy looks up with the private ``_get_plugin_class_for_plugin``, all
+# versions). 2.0 returns (statement, options) from the first, 2.1 adds the parameters.
+
+
+def _is_orm(statement: Any) -> bool:
+    # what Session.execute asks (``_propagate_attrs``, all versions): a select() of Core
+    # tables and columns only is executed as Core, without ORM loading
+    return bool(statement._propagate_attrs.get("compile_state_plugin") == "orm")
+
+
+def _orm_plugin(statement: Any) -> Any:
+    return CompileState._get_plugin_class_for_plugin(statement, "orm")
+
+
+def orm_pre_execute(
+    session: Any,
+    statement: Any,
+    params: Any,
+    options: Any,
+    bind_arguments: dict[str, Any],
+) -> tuple[Any, Any, Any]:
+    """(statement, execution options, parameters) as ``Session.execute`` sends a statement
+    to its connection: load options parsed, autoflush done (``_autoflush`` for a Core
+    statement), ``bind_arguments`` given its ``clause``/``mapper`` (all versions; the
+    return grew ``params`` in 2.1)."""
+    if not _is_orm(statement):  # a Core statement: Session.execute's own steps for it
+        bind_arguments.setdefault("clause", statement)
+        session._autoflush()
+        return statement, options, params
+    done = _orm_plugin(statement).orm_pre_session_exec(
+        session, statement, params, options, bind_arguments, False
+    )
+    if len(done) == 2:  # SQLAlchemy 2.0.x
+        return done[0], done[1], params
+    return done[0], done[1], done[2]
+
+
+def orm_cursor_result(
+    session: Any,
+    statement: Any,
+    params: Any,
+    options: Any,
+    bind_arguments: dict[str, Any],
+    cursor_result: CursorResult[Any],
+) -> Result[Any]:
+    """The ORM result (objects built lazily, per chunk) of an ORM statement's rows
+    (``orm_setup_cursor_result``, found as above, all versions); a Core statement's
+    result is its cursor result."""
+    if not _is_orm(statement):
+        return cursor_result  # a Core statement's rows are its result
+    found: Result[Any] = _orm_plugin(statement).orm_setup_cursor_result(
+        session, statement, params, options, bind_arguments, cursor_result
+    )
+    return found
+
+
+def later_orm_hooks(state: Any) -> bool:
+    """Whether ``do_orm_execute`` listeners run after the one handling ``state``
+    (``ORMExecuteState._remaining_events``, all versions): those must see sub-statements
+    run through ``invoke_statement``."""
+    return bool(state._remaining_events())
+
+
+def fetch_raw(cursor_result: CursorResult[Any], size: int | None) -> list[Any]:
+    """Up to ``size`` (None: all) further rows as the driver returned them: no result
+    processors run, no Row objects made (``_fetchmany_impl``/``_fetchall_impl``, all
+    versions). An empty list once exhausted (the cursor is then released)."""
+    rows = cursor_result._fetchall_impl() if size is None else cursor_result._fetchmany_impl(size)
+    return list(rows)
+
+
+def buffered_copy(cursor_result: CursorResult[Any], rows: Sequence[Any]) -> CursorResult[Any]:
+    """A copy of ``cursor_result`` (same statement, same processors) holding ``rows``, raw
+    rows fetched from it, instead of its cursor.
+
+    This is what ``CursorResult.splice_vertically`` does (a fully buffered fetch strategy,
+    all versions), on a shallow copy whose DBAPI cursor is marked released so that closing
+    the copy never closes the original's cursor, which may still be streaming.
+    """
+    clone = copy.copy(cursor_result)
+    clone.cursor_strategy = FullyBufferedCursorFetchStrategy(None, initial_buffer=rows)
+    clone._soft_closed = True
+    clone._reset_memoizations()
+    return clone
+
+
+def several_rows_per_object(cursor_result: CursorResult[Any]) -> bool:
+    """Whether an ORM SELECT's rows repeat objects (``joinedload`` of a collection): the
+    compile state's ``multi_row_eager_loaders`` (public name on a state reached through
+    the execution context, all versions)."""
+    compiled = cursor_result.context.compiled
+    state = getattr(compiled, "compile_state", None)
+    return bool(getattr(state, "multi_row_eager_loaders", False))
+
+
+def interim_rows(result: Result[Any]) -> list[Any]:
+    """Every row of a result as its source made them, before its metadata's processors
+    (an ORM result's: the entity itself for a result of one entity, else a tuple; a cursor
+    result's: the driver's rows; ``_fetchall_impl``, all versions)."""
+    return list(result._fetchall_impl())
+
+
+class ResultCloser:
+    """Closes the sources of a :func:`chunked_result` when it is closed or exhausted (the
+    ``raw`` of an ``IteratorResult`` is closed through ``_soft_close``, all versions)."""
+
+    def __init__(self, close: Callable[[], None]) -> None:
+        self.close = close
+
+    def _soft_close(self, hard: bool = False, **kw: Any) -> None:
+        self.close()
+
+
+def chunked_result(
+    template: Result[Any],
+    chunks: Callable[[int | None], Any],
+    closer: ResultCloser,
+) -> Result[Any]:
+    """A lazy result shaped like the ORM result ``template`` (its columns, and whether rows
+    are single entities), whose interim rows come from ``chunks(size)``; SQLAlchemy's
+    ``ChunkedIteratorResult`` is public, the metadata and flags it takes are not
+    (``_metadata``, ``_source_supports_scalars``, ``_attributes``; all versions)."""
+    result: ChunkedIteratorResult[Any] = ChunkedIteratorResult(
+        template._metadata,
+        chunks,
+        source_supports_scalars=template._source_supports_scalars,
+        raw=closer,  # type: ignore[arg-type]
+    )
+    result._attributes = template._attributes
+    return result
+
+
+def greenlet_spawn(fn: Callable[..., Any], *args: Any) -> Any:
+    """SQLAlchemy's greenlet bridge: a coroutine running sync ``fn`` that may await
+    (``sqlalchemy.util.greenlet_spawn``, public in ``sqlalchemy.util``, all versions)."""
+    from sqlalchemy.util import greenlet_spawn as spawn
+
+    return spawn(fn, *args)
+
+
+def await_only(awaitable: Any) -> Any:
+    """Await ``awaitable`` from sync code running under :func:`greenlet_spawn`
+    (``sqlalchemy.util.await_only``, all versions)."""
+    from sqlalchemy.util import await_only as wait
+
+    return wait(awaitable)
 
 
 # --------------------------------------------------------------------------- Alembic

@@ -2,6 +2,7 @@
 
 * Real-database fixtures (PostgreSQL, MySQL/MariaDB, Redis, SQLite) live in
   ``tests/backends.py``, loaded as a plugin: ``database_factory``, ``db_url``, ``redis_db``...
+* ``module_databases``: a database factory shared by a test module's tests.
 * Sharded worlds (``tests/worlds.py``): ``sql_log`` records the statements engines send,
   ``sharded_world(models, backend)`` puts a shop (or any declarative base) on brand-new
   databases, and ``sql_backend`` parametrizes a test over SQLite, PostgreSQL and MariaDB.
@@ -80,3 +81,16 @@ def sql_log() -> Iterator[SqlLog]:
 def sharded_world(database_factory: DatabaseFactory, sql_log: SqlLog) -> WorldFactory:
     """``sharded_world(shop_or_base, backend="sqlite") -> World`` on brand-new databases."""
     return WorldFactory(database_factory, sql_log)
+
+
+@pytest.fixture(scope="module")
+def module_databases(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DatabaseFactory]:
+    """A database factory whose databases live as long as the test module (spread over both
+    servers of a kind, like ``database_factory``), for worlds that tests only read."""
+    factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("module"))
+    try:
+        yield factory
+    finally:
+        factory.cleanup()

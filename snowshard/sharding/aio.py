@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 from snowshard.errors import MissingExtra
 
@@ -77,8 +77,8 @@ async def _run(method: Any, plan: list[tuple[AsyncEngine, list[Table]]], checkfi
 async def create_all_async(
     metadata: MetaData,
     *,
-    bind: Optional[AsyncEngine] = None,
-    databases: Optional[Mapping[str, AsyncEngine]] = None,
+    bind: AsyncEngine | None = None,
+    databases: Mapping[str, AsyncEngine] | None = None,
     checkfirst: bool = True,
 ) -> None:
     """:func:`~snowshard.sharding.schema.create_all` with async engines."""
@@ -88,8 +88,8 @@ async def create_all_async(
 async def drop_all_async(
     metadata: MetaData,
     *,
-    bind: Optional[AsyncEngine] = None,
-    databases: Optional[Mapping[str, AsyncEngine]] = None,
+    bind: AsyncEngine | None = None,
+    databases: Mapping[str, AsyncEngine] | None = None,
     checkfirst: bool = True,
 ) -> None:
     """:func:`~snowshard.sharding.schema.drop_all` with async engines."""

@@ -23,7 +23,10 @@ Rules that hold in every way of running:
   Order.user_id`` of models sharded alike); otherwise it is refused;
 * an alias of a sharded model (``aliased(Order)``) is refused: it names the logical table;
 * unsharded tables live in one database: joined with or filtering a sharded model, they
-  are exact only where that database is the one the sharded tables are read in.
+  are exact only where that database is the one the sharded tables are read in;
+* an outer join that keeps the rows of an unsharded or reference table whatever a sharded
+  model holds (``statuses LEFT JOIN orders``, a FULL join) is exact on one source only:
+  every source would return the table's unmatched rows again.
 """
 
 from __future__ import annotations
@@ -47,9 +50,9 @@ from sqlalchemy.sql.elements import (
     WithinGroup,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import Alias, SelectBase
+from sqlalchemy.sql.selectable import Alias, Join, SelectBase
 
-from snowshard._compat import deannotated
+from snowshard._compat import deannotated, explicit_correlation
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_table
 
@@ -58,6 +61,7 @@ __all__ = [
     "ROW_FUNCTIONS",
     "check_aliases",
     "check_nested",
+    "check_outer_joins",
     "describe",
     "function_kind",
     "unsharded_tables",
@@ -159,6 +163,40 @@ def _correlated_on_key(select: SelectBase) -> bool:
     return False
 
 
+def _from_tables(select: Any) -> set[Any]:
+    """The plain tables in the FROM list of ``select`` (joins included), as it stands alone."""
+    found: set[Any] = set()
+    stack = list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Join):
+            stack.extend((item.left, item.right))
+        elif isinstance(item, Table):
+            found.add(deannotated(item))
+    return found
+
+
+def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
+    """The sharded models ``select`` reads itself: those of its FROM list, less the tables
+    SQLAlchemy correlates with ``enclosing`` (the outer statement's FROM tables).
+
+    SQLAlchemy's automatic correlation drops a FROM entry that an enclosing SELECT also
+    names, unless that would leave none; with correlation set by hand, nothing is dropped
+    here (a model then counts as read inside, which can only refuse more)."""
+    if not hasattr(select, "get_final_froms") or explicit_correlation(select):
+        return _models_in(select)
+    froms = select.get_final_froms()
+    own = [f for f in froms if not (isinstance(f, Table) and deannotated(f) in enclosing)]
+    if len(froms) < 2 or not own:
+        own = list(froms)
+    found: list[ShardedModel] = []
+    for item in own:
+        for model in _models_in(item):
+            if model not in found:
+                found.append(model)
+    return found
+
+
 def check_nested(statement: Any, whole: bool) -> None:
     """Refuse a subquery on a sharded model that would see only part of its rows.
 
@@ -167,8 +205,9 @@ def check_nested(statement: Any, whole: bool) -> None:
     """
     if whole:
         return
+    enclosing = _from_tables(statement)
     for select in _nested_selects(statement):
-        models = _models_in(select)
+        models = _own_models(select, enclosing)
         if not models or _correlated_on_key(select):
             continue
         names = ", ".join(m.name for m in models)
@@ -182,6 +221,43 @@ def check_nested(statement: Any, whole: bool) -> None:
             f"(... WHERE inner.user_id == outer.user_id), or run the subquery first and "
             f"pass its result as a value or a list"
         )
+
+
+def _has_model(element: Any) -> bool:
+    return bool(_models_in(element))
+
+
+def _outer_joins(statement: Any) -> Iterator[Join]:
+    froms = statement.get_final_froms() if hasattr(statement, "get_final_froms") else []
+    for item in walk(statement, nested=True):
+        if isinstance(item, SelectBase) and item is not statement and hasattr(
+            item, "get_final_froms"
+        ):
+            froms.extend(item.get_final_froms())
+    stack = list(froms)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Join):
+            stack.extend((item.left, item.right))
+            if item.isouter or item.full:
+                yield item
+
+
+def check_outer_joins(statement: Any) -> None:
+    """Refuse, for a statement merged from several sources, an outer join that keeps the
+    rows of a table holding no sharded model whatever the sharded side holds: each source
+    would return those rows (with NULLs for the sharded side) once more."""
+    for join in _outer_joins(statement):
+        kept = [join.left, join.right] if join.full else [join.left]
+        for side in kept:
+            if not _has_model(side):
+                raise UnsupportedShardQuery(
+                    f"outer join {describe(join)} keeps every row of "
+                    f"{describe(side)} (unsharded or a reference table) and runs on several "
+                    "shards here, so each shard would return its unmatched rows again; join "
+                    "from the sharded model instead (select_from(Order).outerjoin(Status, ...)), "
+                    "route the query to one shard, or query the table separately"
+                )
 
 
 def check_aliases(statement: Any) -> None:

@@ -35,7 +35,7 @@ from sqlalchemy.sql.elements import (
 )
 from sqlalchemy.sql.functions import FunctionElement
 
-from snowshard._compat import LabelReference
+from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import describe, function_kind
 from snowshard.sharding.arith import DIALECTS, cast_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
@@ -54,6 +54,19 @@ def _plain(element: Any) -> Any:
             element = element.clauses[0]  # GROUP BY of a function: a list of one label
         else:
             return element
+
+
+def _same(left: Any, right: Any) -> bool:
+    """Whether two expressions are structurally equal.
+
+    Expressions built from different ORM entities are never equal; they are told apart
+    first because ``ClauseElement.compare`` fails on them (it compares their entities'
+    mappers as if they were SQL elements). Telling two equal expressions apart only costs
+    a helper column, never a wrong merge.
+    """
+    if plugin_subject_of(left) is not plugin_subject_of(right):
+        return False
+    return bool(left.compare(right))
 
 
 class Atoms:
@@ -75,7 +88,7 @@ class Atoms:
 
     def _find(self, element: Any, kind: Optional[str]) -> Optional[int]:
         for index, helper in enumerate(self.helpers):
-            if self.kinds[index] == kind and _plain(helper).compare(element):
+            if self.kinds[index] == kind and _same(_plain(helper), element):
                 return index
         return None
 

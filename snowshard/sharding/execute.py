@@ -9,6 +9,10 @@ the shards its WHERE clause needs (:mod:`~snowshard.sharding.routing`) and run t
   ``selectinload()``, which name the logical class: one statement per table instead);
 * no shard key across databases: one such statement per database, merged in Python
   (:mod:`~snowshard.sharding.merge`);
+* a statement merged in Python runs on its databases concurrently and is merged as a
+  stream of rows, ORM objects built only for the rows kept (:mod:`~.sources`); the
+  sub-statements go through ``ORMExecuteState.invoke_statement`` instead, one by one,
+  when other ``do_orm_execute`` hooks follow this one (they see them);
 * keys naming several shards (``IN``), or joined binding models: one statement per shard,
   each with its share of the ``IN`` list, merged in Python;
 * UPDATE/DELETE run on each shard needed; INSERT rows are grouped by shard
@@ -21,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Integer, Select, literal
@@ -30,9 +34,25 @@ from sqlalchemy.exc import CompileError, InvalidRequestError
 from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
-from snowshard._compat import forget_clone_origin, has_options, limit_offset_of
-from snowshard.sharding.analysis import check_aliases, check_nested, unsharded_tables
-from snowshard.sharding.bulk import BIND_KEY, assigned, merge_results, run_bulk, writing_to
+from snowshard._compat import (
+    forget_clone_origin,
+    has_options,
+    later_orm_hooks,
+    limit_offset_of,
+)
+from snowshard.sharding.analysis import (
+    check_aliases,
+    check_nested,
+    check_outer_joins,
+    unsharded_tables,
+)
+from snowshard.sharding.bulk import (
+    BIND_KEY,
+    assigned,
+    merge_results,
+    run_bulk,
+    writing_to,
+)
 from snowshard.sharding.errors import (
     FanOutForbidden,
     InvalidShardHint,
@@ -50,9 +70,15 @@ from snowshard.sharding.hints import (
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class
 from snowshard.sharding.plan_cache import cached_plan, shape_models
-from snowshard.sharding.reference import copies, is_reference, reference_target, write_copies
+from snowshard.sharding.reference import (
+    copies,
+    is_reference,
+    reference_target,
+    write_copies,
+)
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
+from snowshard.sharding.sources import run_merged
 
 __all__ = [
     "DIRECT_MAPPER",
@@ -148,7 +174,7 @@ def _inline_limits(statement: Any) -> Any:
 
 def _models(statement: Any) -> list[ShardedModel]:
     memo = _memo_of(statement)
-    found: Optional[list[ShardedModel]] = memo.get("models")
+    found: list[ShardedModel] | None = memo.get("models")
     if found is None:
         found = memo["models"] = find_models(statement)
     return found
@@ -221,7 +247,7 @@ class Plan:
     models: list[ShardedModel]
     how: str
     steps: list[Step] = field(default_factory=list)
-    merge: Optional[MergePlan] = None
+    merge: MergePlan | None = None
 
     @property
     def tables(self) -> int:
@@ -287,10 +313,11 @@ def _plan(session: Any, statement: Any, models: Sequence[ShardedModel]) -> Merge
     """The merge of a statement run on several sources (checked once per statement)."""
     dialect = _dialect(session, models[0])
     memo = _analysis(statement)
-    plan: Optional[MergePlan] = memo.get(f"merge:{dialect}")
+    plan: MergePlan | None = memo.get(f"merge:{dialect}")
     if plan is None:
         plan = MergePlan(statement, dialect, models)
         check_nested(statement, whole=False)
+        check_outer_joins(statement)
         memo[f"merge:{dialect}"] = plan
     return plan
 
@@ -299,9 +326,12 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
     for key, value in assigned(statement).items():
         if key not in model.keys:
             continue
-        if isinstance(value, BindParameter) and value.value is not None:
-            if {model.shard_of(key, value.value)} == set(shards):
-                continue
+        if (
+            isinstance(value, BindParameter)
+            and value.value is not None
+            and set(shards) <= set(model.shards_of(key, value.value))
+        ):
+            continue
         raise ShardKeyChanged(
             f"this update sets {model.name}.{key}, a shard key, to a value that is not in "
             f"the shard(s) {list(shards)} of the rows it changes; rows cannot move between "
@@ -361,8 +391,8 @@ def plan_statement(
     session: Any,
     statement: Any,
     params: Mapping[str, Any],
-    hint: Optional[Hint] = None,
-    models: Optional[Sequence[ShardedModel]] = None,
+    hint: Hint | None = None,
+    models: Sequence[ShardedModel] | None = None,
 ) -> Plan:
     """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
@@ -395,7 +425,7 @@ def watch_plans(callback: Callable[[Any, Plan], None]) -> Iterator[None]:
         _watchers.reset(token)
 
 
-def _unsharded(state: ORMExecuteState, hint: Optional[Hint]) -> Optional[Result[Any]]:
+def _unsharded(state: ORMExecuteState, hint: Hint | None) -> Result[Any] | None:
     """A statement naming no logical model: reference-table writes and database hints."""
     session: Any = state.session
     if BIND_KEY in state.bind_arguments:
@@ -424,7 +454,7 @@ def _unsharded(state: ORMExecuteState, hint: Optional[Hint]) -> Optional[Result[
     return None
 
 
-def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
+def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     direct = state.execution_options.get(DIRECT_MAPPER)
     if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
@@ -452,6 +482,8 @@ def route_execute(state: ORMExecuteState) -> Optional[Result[Any]]:
     )  # fmt: skip
     for watcher in _watchers.get():
         watcher(session, plan)
+    if plan.merge is not None and not later_orm_hooks(state):
+        return run_merged(state, plan.steps, plan.merge)
     results = [_run(state, step.statement, step.database) for step in plan.steps]
     if plan.merge is not None:
         return plan.merge.merge(results)

@@ -28,17 +28,17 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import Select, null
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.types import NullType
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import NullType
 
 from snowshard._compat import (
     LabelReference,
@@ -56,7 +56,7 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
 
-__all__ = ["MergePlan"]
+__all__ = ["MergePlan", "order_key"]
 
 _AGGREGATES = ("count", "sum", "min", "max", "avg")
 _NULLS_LARGE = ("postgresql", "oracle")
@@ -88,7 +88,7 @@ def _unwrap(element: Any) -> Any:
 def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     """(expression, descending, nulls_first) of one ORDER BY element."""
     descending = False
-    nulls_first: Optional[bool] = None
+    nulls_first: bool | None = None
     while True:
         if isinstance(element, LabelReference):
             element = element.element
@@ -179,7 +179,7 @@ class MergePlan:
         self.outputs: list[Evaluator] = []
         self.direct: list[bool] = []
         """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
-        self.having: Optional[Evaluator] = None
+        self.having: Evaluator | None = None
         self.order: list[tuple[Any, bool, bool]] = []
         helpers: list[ColumnElement[Any]]
         if self.grouped:
@@ -211,7 +211,7 @@ class MergePlan:
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
         self.source = source.add_columns(*labels) if labels else source
         self.types = [c.type for c in columns]
-        self.processors: Optional[list[Any]] = None
+        self.processors: list[Any] | None = None
         """Result processors of the selected columns computed in Python (set on first merge)."""
 
     def _process(self) -> list[Any]:
@@ -322,13 +322,7 @@ class MergePlan:
 
     @staticmethod
     def _key_of(parts: Sequence[tuple[Any, bool, bool]]) -> tuple[Any, ...]:
-        key: list[Any] = []
-        for value, descending, nulls_first in parts:
-            if value is None:
-                key.append((0 if nulls_first else 2, None))
-            else:
-                key.append((1, _Reversed(value) if descending else value))
-        return tuple(key)
+        return order_key(parts)
 
     def merge(self, results: Sequence[Result[Any]]) -> Result[Any]:
         """The statement's result, from each source's result of :attr:`source`."""
@@ -351,6 +345,17 @@ class MergePlan:
         if self.helpers:
             return result.columns(*range(width))
         return result
+
+
+def order_key(parts: Sequence[tuple[Any, bool, bool]]) -> tuple[Any, ...]:
+    """The sort key of ORDER BY values: each part is (value, descending, nulls_first)."""
+    key: list[Any] = []
+    for value, descending, nulls_first in parts:
+        if value is None:
+            key.append((0 if nulls_first else 2, None))
+        else:
+            key.append((1, _Reversed(value) if descending else value))
+    return tuple(key)
 
 
 def _placeholder(column: Any, index: int) -> Any:

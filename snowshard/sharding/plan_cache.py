@@ -35,6 +35,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.visitors import replacement_traverse
 
 from snowshard._compat import (
+    KeyedSubquery,
     SlotParameter,
     cache_key_of,
     forget_clone_origin,
@@ -198,6 +199,11 @@ def _slotted(statement: Any, logical: Any, owner: object) -> Optional[Any]:
         slots[mine] = slot_parameter(mine, _Slot(owner, index, mine.effective_value))
 
     def replace(element: Any) -> Any:
+        if isinstance(element, KeyedSubquery):
+            # the UNION ALL of a model's tables holds no bound values; copying it would
+            # make the FROM list and the ORM columns name two different copies of it,
+            # which SQL renders as two FROM entries (FROM union JOIN t ..., union)
+            return element
         return slots.get(element) if isinstance(element, BindParameter) else None
 
     copy = forget_clone_origin(replacement_traverse(statement, {}, replace))  # type: ignore[call-overload]

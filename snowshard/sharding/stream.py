@@ -1,0 +1,172 @@
+"""The merge of a SELECT read from several sources, on rows, lazily.
+
+:class:`~snowshard.sharding.merge.MergePlan` says how sources combine; this module runs
+that plan as a stream over the sources' raw rows (the values the driver returned, with
+the ``snowshard_merge_*`` helper columns that carry the ORDER BY values):
+
+* ordered: a k-way merge (:func:`heapq.merge`) of the sorted sources, each read a batch
+  at a time; unordered: one source after another;
+* then DISTINCT, OFFSET and LIMIT, still lazily: a deep OFFSET skips rows as they stream
+  by (each source sends at most OFFSET+LIMIT rows, :class:`MergePlan`), and no source is
+  read past the rows the LIMIT needs; prefer keyset pages
+  (:func:`snowshard.sharding.keyset_page`) to deep offsets, which read every skipped row;
+* only then ORM objects: the rows the merge kept, a batch at a time, are handed per
+  source to SQLAlchemy's ORM loading (:func:`~snowshard._compat.orm_cursor_result`), so
+  a top-20 over 4 databases builds 20 objects, not 80.
+
+The merged result is an iterator-backed :class:`~sqlalchemy.engine.Result`: with
+``yield_per=N`` (or ``stream_results=True``, in batches of :data:`STREAM_BATCH`) the
+sources are read through server-side cursors N rows at a time and the merge holds about
+N rows per source, so memory stays O(sources x N); ``partitions()`` yields N rows.
+Closing the result (or exhausting it) closes every source's cursor.
+
+Grouped and aggregate merges (:meth:`MergePlan.merge`) stay materialized: their input is
+one row per group and source; so do reads whose rows repeat objects (``joinedload`` of a
+collection), merged as ORM results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy.engine import CursorResult, Result
+
+from snowshard._compat import (
+    ResultCloser,
+    buffered_copy,
+    chunked_result,
+    fetch_raw,
+    interim_rows,
+    several_rows_per_object,
+)
+from snowshard.sharding.merge import MergePlan, order_key
+
+__all__ = ["STREAM_BATCH", "Source", "can_stream", "helper_label", "merge_sources"]
+
+STREAM_BATCH = 1000
+"""Raw rows read per source at a time (and, under ``stream_results=True`` without
+``yield_per``, rows per ORM load)."""
+
+
+def helper_label(number: int) -> str:
+    """The label of a merge helper column (an ORDER BY value a source sends)."""
+    return f"snowshard_merge_{number}"
+
+
+@dataclass
+class Source:
+    """One source's result: its rows as the driver returned them, and how to load them."""
+
+    raw: CursorResult[Any]
+    load: Callable[[CursorResult[Any]], Result[Any]]
+    """The ORM result of a cursor result of this source's statement (objects, columns)."""
+
+    def objects(self) -> Result[Any]:
+        """The ORM result of all of this source's rows (for the materialized merges)."""
+        return self.load(self.raw)
+
+    def close(self) -> None:
+        """Release this source's cursor (rows not read are discarded)."""
+        self.raw.close()
+
+
+def _positions(plan: MergePlan, raw: CursorResult[Any]) -> list[int] | None:
+    """Where each helper column is in a raw row, or None if a source lacks one."""
+    keys = list(raw.keys())
+    try:
+        return [keys.index(helper_label(i)) for i in range(plan.helpers)]
+    except ValueError:
+        return None
+
+
+def _sort_key(plan: MergePlan, positions: Sequence[int]) -> Callable[[Sequence[Any]], Any]:
+    # MergePlan.order counts helpers from the end of an ORM row: map them to raw positions
+    order = [(positions[plan.helpers + index], d, n) for index, d, n in plan.order]
+    return lambda row: order_key([(row[p], d, n) for p, d, n in order])
+
+
+def _unique(rows: Iterable[tuple[int, Any]], key: Callable[[Any], Any]) -> Iterator[tuple[int, Any]]:
+    seen: set[Any] = set()
+    for pair in rows:
+        found = key(pair[1])
+        if found not in seen:
+            seen.add(found)
+            yield pair
+
+
+def _read(number: int, source: Source, batch: int) -> Iterator[tuple[int, Any]]:
+    while True:
+        rows = fetch_raw(source.raw, batch)
+        if not rows:
+            return
+        for row in rows:
+            yield number, row
+
+
+def can_stream(plan: MergePlan, sources: Sequence[Source]) -> bool:
+    """Whether the merge can work on raw rows: one row per result row (no ``joinedload``
+    of a collection), each carrying the helper columns the merge reads."""
+    return not plan.grouped and all(
+        _positions(plan, s.raw) is not None and not several_rows_per_object(s.raw)
+        for s in sources
+    )
+
+
+def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None) -> Result[Any]:
+    """The merged result of ``sources`` (module docstring); ``batch``: rows read and built
+    at a time (``yield_per``), None to read each source whole (a buffered result)."""
+    if plan.grouped or not can_stream(plan, sources):
+        return plan.merge([source.objects() for source in sources])
+    positions = _positions(plan, sources[0].raw)
+    assert positions is not None
+    streams = [_read(n, s, batch or STREAM_BATCH) for n, s in enumerate(sources)]
+    merged: Iterable[tuple[int, Any]]
+    if plan.order:
+        key = _sort_key(plan, positions)
+        merged = heapq.merge(*streams, key=lambda pair: key(pair[1]))
+    else:
+        merged = itertools.chain.from_iterable(streams)
+    if plan.distinct:
+        width = len(sources[0].raw.keys())
+        kept = [i for i in range(width) if i not in set(positions)]
+        merged = _unique(merged, itemgetter(*kept) if len(kept) != 1 else lambda r: r[kept[0]])
+    end = None if plan.limit is None else plan.offset + plan.limit
+    picked = itertools.islice(merged, plan.offset, end)
+
+    def build(pairs: Sequence[tuple[int, Any]]) -> list[Any]:
+        """ORM rows of the kept raw rows, in merged order, built per source."""
+        rows_of: dict[int, list[Any]] = {}
+        for number, row in pairs:
+            rows_of.setdefault(number, []).append(row)
+        loaded = {
+            number: iter(interim_rows(sources[number].load(buffered_copy(sources[number].raw, rows))))
+            for number, rows in rows_of.items()
+        }
+        return [next(loaded[number]) for number, _ in pairs]
+
+    def chunks(size: int | None) -> Iterator[list[Any]]:
+        step = size or batch
+        while True:
+            pairs = list(itertools.islice(picked, step) if step else picked)
+            if not pairs:
+                return
+            yield build(pairs)
+            if not step:
+                return
+
+    def close() -> None:
+        for source in sources:
+            source.close()
+
+    template = sources[0].load(buffered_copy(sources[0].raw, []))
+    result = chunked_result(template, chunks, ResultCloser(close))
+    if batch is not None:
+        result = result.yield_per(batch)
+    if plan.helpers:
+        return result.columns(*range(plan.width))
+    return result

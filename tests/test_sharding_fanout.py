@@ -1,0 +1,367 @@
+"""Concurrent fan-out: a read over several databases sends their statements at once.
+
+Real databases: SQLite, PostgreSQL and MariaDB across two (or four) databases. Overlap is
+shown with PostgreSQL's ``pg_sleep`` in an InitPlan (evaluated once per statement) and
+with the times ``before_cursor_execute``/``after_cursor_execute`` record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import BigInteger, Integer, String, event, func, literal_column, select
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from snowshard.sharding import AsyncShardedSession, ShardedSession, create_all
+from snowshard.sharding.driver_errors import ShardOperationError
+from snowshard.spec import ShardConfigError
+from tests.backends import DatabaseFactory, async_url
+from tests.worlds import Shop, World, WorldFactory, declare_shop, open_world
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
+]
+
+USERS = 40
+SLEEP = 0.25
+
+
+class TwinBase(DeclarativeBase):
+    pass
+
+
+class PlainOrder(TwinBase):
+    """The unsharded twin of ``Order``: the same rows in one plain table."""
+
+    __tablename__ = "plain_orders"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer)
+    note: Mapped[str | None] = mapped_column(String(20))
+
+
+def _fill(world: World) -> None:
+    """Orders of USERS users (amounts repeat, notes are sometimes NULL) and their twins."""
+    with world.session() as session:
+        orders = [
+            world.Order(user_id=u, amount=(u * 7) % 11, note=None if u % 3 else f"n{u % 5}")
+            for u in range(USERS)
+            for _ in range(2)
+        ]
+        session.add_all(orders)
+        session.commit()
+        rows = [
+            {"id": o.id, "user_id": o.user_id, "amount": o.amount, "note": o.note} for o in orders
+        ]
+    TwinBase.metadata.create_all(world.bind)
+    with world.bind.begin() as conn:
+        conn.execute(sa.insert(PlainOrder), rows)
+
+
+def _world(factory: Any, backend: str, databases: int = 2) -> tuple[World, Shop]:
+    shop = declare_shop(4, databases=databases)
+    world = factory(shop, backend)
+    _fill(world)
+    return world, shop
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared(request: pytest.FixtureRequest, module_databases: DatabaseFactory) -> tuple[World, Shop]:
+    """Two databases per backend with the usual rows, shared by tests that only read (or
+    roll back)."""
+    return _world(lambda shop, backend: open_world(module_databases, shop, backend), request.param)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared4(request: pytest.FixtureRequest, module_databases: DatabaseFactory) -> tuple[World, Shop]:
+    """Four databases (one table each) per backend, shared by tests that only read."""
+    return _world(
+        lambda shop, backend: open_world(module_databases, shop, backend), request.param, 4
+    )
+
+
+QUERIES = {
+    "top_n": lambda m: select(m.id, m.amount).order_by(m.amount.desc(), m.id).limit(7),
+    "offset": lambda m: select(m.id).order_by(m.note.desc(), m.id).limit(5).offset(30),
+    "distinct": lambda m: select(m.amount).distinct().order_by(m.amount),
+    "aggregates": lambda m: select(m.amount, func.count(), func.sum(m.user_id), func.max(m.id))
+    .group_by(m.amount)
+    .order_by(m.amount),
+    "unordered": lambda m: select(m.id, m.note).where(m.amount > 3),
+    "core_top_n": lambda m: select(m.__table__.c.id, m.__table__.c.amount)
+    .order_by(m.__table__.c.amount, m.__table__.c.id)
+    .limit(6),
+    "core_count": lambda m: select(func.count()).select_from(m.__table__).where(m.amount > 2),
+}
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_results_equal_the_unsharded_twin(shared: tuple[World, Shop], name: str) -> None:
+    """Top-N, OFFSET, DISTINCT, aggregates, unordered and Core (table) reads over two
+    databases equal the same query on one plain table."""
+    world, shop = shared
+    build = QUERIES[name]
+    with world.session() as session:
+        got = [tuple(r) for r in session.execute(build(shop.Order))]
+    with Session(world.bind) as plain:
+        want = [tuple(r) for r in plain.execute(build(PlainOrder))]
+    if name == "unordered":
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    assert got == want
+    assert len(want) > 0
+
+
+def test_entities_top_n_equal_the_twin(shared: tuple[World, Shop]) -> None:
+    """A top-N of whole objects over two databases is the twin's top-N, objects and all."""
+    world, shop = shared
+    Order = shop.Order
+    with world.session() as session:
+        got = session.scalars(select(Order).order_by(Order.amount, Order.id.desc()).limit(9))
+        got_rows = [(o.id, o.user_id, o.amount, o.note) for o in got]
+    with Session(world.bind) as plain:
+        want = plain.scalars(select(PlainOrder).order_by(PlainOrder.amount, PlainOrder.id.desc()).limit(9))
+        want_rows = [(o.id, o.user_id, o.amount, o.note) for o in want]
+    assert got_rows == want_rows
+
+
+@pytest.fixture(scope="module")
+def pg_world(module_databases: DatabaseFactory) -> tuple[World, Shop]:
+    """Four PostgreSQL databases, one table each, with the usual rows."""
+    return _world(lambda shop, backend: open_world(module_databases, shop, backend), "postgresql", 4)
+
+
+def _slow(Order: Any) -> Any:
+    # an uncorrelated scalar subquery is an InitPlan: once per table, and each of the four
+    # databases holds one table
+    return select(Order.id).where(literal_column(f"(SELECT 1 FROM pg_sleep({SLEEP}))") == 1)
+
+
+@pytest.mark.postgres
+def test_databases_are_queried_at_the_same_time(pg_world: tuple[World, Shop]) -> None:
+    """Four databases that each take SLEEP seconds answer in about SLEEP, not 4 x SLEEP, and
+    their statements overlap in time."""
+    world, shop = pg_world
+    spans: dict[str, list[float]] = {}
+
+    def watch(key: str, engine: sa.Engine) -> None:
+        event.listen(engine, "before_cursor_execute", lambda *a: spans.setdefault(key, []).append(time.perf_counter()))
+        event.listen(engine, "after_cursor_execute", lambda *a: spans[key].append(time.perf_counter()))
+
+    for key, engine in world.databases.items():
+        watch(key, engine)
+    with world.session() as session:
+        session.connection()  # the bind's own first round trip is not the fan-out's
+        spans.clear()
+        start = time.perf_counter()
+        rows = session.execute(_slow(shop.Order)).all()
+        took = time.perf_counter() - start
+    assert len(rows) == 2 * USERS
+    assert took < 2.5 * SLEEP
+    latest_start = max(s[0] for s in spans.values())
+    earliest_end = min(s[-1] for s in spans.values())
+    assert latest_start < earliest_end  # all four statements were running at once
+
+
+@pytest.mark.postgres
+def test_max_concurrency_one_queries_one_database_at_a_time(pg_world: tuple[World, Shop]) -> None:
+    """execution_options(max_concurrency=1) runs the four databases one after another."""
+    world, shop = pg_world
+    with world.session() as session:
+        session.connection()
+        start = time.perf_counter()
+        session.execute(_slow(shop.Order).execution_options(max_concurrency=1)).all()
+        took = time.perf_counter() - start
+    assert took >= 4 * SLEEP
+
+
+@pytest.mark.postgres
+def test_session_max_concurrency_bounds_the_overlap(pg_world: tuple[World, Shop]) -> None:
+    """ShardedSession(max_concurrency=2) queries four databases two at a time."""
+    world, shop = pg_world
+    with world.session(max_concurrency=2) as session:
+        session.connection()
+        start = time.perf_counter()
+        session.execute(_slow(shop.Order)).all()
+        took = time.perf_counter() - start
+    assert 2 * SLEEP <= took < 3.5 * SLEEP
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True])
+def test_bad_max_concurrency_option_is_refused(sharded_world: WorldFactory, bad: Any) -> None:
+    """A max_concurrency option that is not an int >= 1 raises ShardConfigError naming it."""
+    shop = declare_shop(4, databases=2)
+    world = sharded_world(shop)
+    with world.session() as session, pytest.raises(ShardConfigError, match="max_concurrency=") as info:
+        session.execute(select(shop.Order).execution_options(max_concurrency=bad))
+    assert repr(bad) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_objects_are_built_only_for_the_rows_kept(shared4: tuple[World, Shop]) -> None:
+    """A top-20 of objects over four databases builds 20 objects, not 20 per database."""
+    world, shop = shared4
+    loaded: list[Any] = []
+    hook = lambda target, context: loaded.append(target)
+    event.listen(shop.Order, "load", hook, propagate=True)
+    try:
+        with world.session() as session:
+            got = session.scalars(select(shop.Order).order_by(shop.Order.id).limit(20)).all()
+    finally:
+        event.remove(shop.Order, "load", hook)
+    assert len(got) == 20
+    assert len(loaded) == 20
+    assert {id(o) for o in loaded} == {id(o) for o in got}
+
+
+def test_flushed_rows_are_read_and_rollback_works(shared: tuple[World, Shop]) -> None:
+    """Rows flushed but not committed are seen by a concurrent fan-out in the same session,
+    and a rollback afterwards removes them."""
+    world, shop = shared
+    Order = shop.Order
+    count = select(func.count()).select_from(Order)
+    with world.session() as session:
+        session.add_all([Order(user_id=u, amount=100 + u) for u in (1, 2, 3, 6)])  # a and b
+        top = session.scalars(select(Order.amount).order_by(Order.amount.desc()).limit(4)).all()
+        assert top == [106, 103, 102, 101]
+        assert session.scalar(count) == 2 * USERS + 4
+        session.rollback()
+        assert session.scalar(count) == 2 * USERS
+
+
+def _bare(factory: WorldFactory, backend: str) -> tuple[World, Shop]:
+    shop = declare_shop(4, databases=2)
+    return factory(shop, backend), shop
+
+
+def test_commit_after_a_fan_out_stores_the_rows(sharded_world: WorldFactory, sql_backend: str) -> None:
+    """A session that fanned out commits its writes in every database afterwards."""
+    world, shop = _bare(sharded_world, sql_backend)
+    Order = shop.Order
+    with world.session() as session:
+        session.add_all([Order(user_id=u, amount=500) for u in (1, 6)])
+        assert session.scalar(select(func.count()).where(Order.amount == 500)) == 2
+        session.commit()
+    with world.session() as session:
+        assert session.scalar(select(func.count()).where(Order.amount == 500)) == 2
+
+
+@pytest.mark.postgres
+def test_twophase_commit_after_a_fan_out(sharded_world: WorldFactory) -> None:
+    """A two-phase session that fanned out prepares and commits both databases."""
+    world, shop = _bare(sharded_world, "postgresql")
+    Order = shop.Order
+    with world.session(twophase=True) as session:
+        session.add_all([Order(user_id=u, amount=700) for u in (1, 6)])
+        assert session.scalars(select(Order.amount).order_by(Order.amount.desc()).limit(2)).all() == [700, 700]
+        session.commit()
+    with world.session() as session:
+        assert session.scalar(select(func.count()).where(Order.amount == 700)) == 2
+
+
+def test_error_in_one_database_is_named_and_session_recovers(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
+    """A table dropped in database b raises ShardOperationError naming b; after rollback the
+    session reads database a again."""
+    world, shop = _bare(sharded_world, sql_backend)
+    Order = shop.Order
+    with world.session() as session:
+        session.add_all([Order(user_id=u) for u in (1, 1, 6)])
+        session.commit()
+    with world.databases["b"].begin() as conn:
+        conn.exec_driver_sql("DROP TABLE orders_02")
+    with world.session() as session:
+        with pytest.raises(ShardOperationError) as info:
+            session.execute(select(Order.id).order_by(Order.id).limit(3)).all()
+        assert info.value.database == "b"
+        assert "'b'" in str(info.value)
+        session.rollback()
+        assert session.scalar(select(func.count()).where(Order.user_id == 1)) == 2
+
+
+def test_a_later_hook_sees_each_sub_statement(sharded_world: WorldFactory) -> None:
+    """A do_orm_execute hook registered after snowshard's sees the per-database statements
+    (they run through invoke_statement), and the result is unchanged."""
+    world, shop = _world(sharded_world, "sqlite")
+    seen: list[Any] = []
+    with world.session() as session:
+        want = session.execute(select(shop.Order.id).order_by(shop.Order.id).limit(5)).all()
+        event.listen(session, "do_orm_execute", lambda state: seen.append(state.bind_arguments))
+        got = session.execute(select(shop.Order.id).order_by(shop.Order.id).limit(5)).all()
+    assert got == want
+    assert sorted(a.get("snowshard_database") for a in seen) == ["a", "b"]
+
+
+@pytest.mark.postgres
+def test_32_threads_of_fan_out_do_not_time_out(database_factory: DatabaseFactory) -> None:
+    """32 threads, each running fan-out sessions over two PostgreSQL databases whose pools
+    hold 32 connections, finish without a pool timeout."""
+    shop = declare_shop(4, databases=2)
+    urls = database_factory("postgresql", 2)
+    engines = {
+        k: database_factory.engine(u, pool_size=32, max_overflow=0, pool_timeout=20)
+        for k, u in zip("ab", urls)
+    }
+    create_all(shop.metadata, bind=engines["a"], databases=engines)
+    with ShardedSession(engines["a"], databases=engines) as session:
+        session.add_all([shop.Order(user_id=u, amount=u) for u in range(16)])
+        session.commit()
+    errors: list[BaseException] = []
+    counts: list[int] = []
+    barrier = threading.Barrier(32)
+
+    def worker() -> None:
+        try:
+            barrier.wait()
+            for _ in range(5):
+                with ShardedSession(engines["a"], databases=engines) as s:
+                    counts.append(s.scalar(select(func.count()).select_from(shop.Order)) or 0)
+                    s.scalars(select(shop.Order).order_by(shop.Order.amount).limit(3)).all()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert counts == [16] * 160
+
+
+async def _async_overlap(world: World, shop: Shop) -> tuple[float, float, int]:
+    engines = {
+        k: create_async_engine(async_url(e.url.render_as_string(hide_password=False)))
+        for k, e in world.engines.items()
+    }
+    try:
+        async with AsyncShardedSession(engines["a"], databases=engines) as session:
+            await session.connection()
+            start = time.perf_counter()
+            rows = (await session.execute(_slow(shop.Order))).all()
+            together = time.perf_counter() - start
+            start = time.perf_counter()
+            await session.execute(_slow(shop.Order).execution_options(max_concurrency=1))
+            alone = time.perf_counter() - start
+    finally:
+        for engine in engines.values():
+            await engine.dispose()
+    return together, alone, len(rows)
+
+
+@pytest.mark.postgres
+def test_async_fan_out_gathers_the_databases(pg_world: tuple[World, Shop]) -> None:
+    """AsyncShardedSession queries four PostgreSQL databases at once (psycopg async), and
+    one at a time under max_concurrency=1."""
+    together, alone, count = asyncio.run(_async_overlap(*pg_world))
+    assert count == 2 * USERS
+    assert together < 2.5 * SLEEP
+    assert alone >= 4 * SLEEP
