@@ -8,6 +8,9 @@ connection (a constraint the database rejects, a connection killed or lost, a lo
 timeout), the error reaches the caller as :class:`ShardOperationError`, chained to the
 driver's exception, instead of a bare ``sqlalchemy.exc.DBAPIError`` that names no database.
 Connections of plain sessions on the same engines carry no mark and are left alone.
+A connection to a replica (:mod:`~snowshard.sharding.replicas`) is marked with its
+database and ``snowshard_replica_of``, and its errors say "replica", with the replica's URL
+(password masked): ``ShardOperationError.replica`` is True for them.
 
 Retrying: a statement that fails inside a session's transaction commits nothing (commits
 have their own errors, :mod:`~snowshard.sharding.commit_errors`), so after
@@ -19,7 +22,7 @@ does not (``disconnect`` tells them apart).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Table, event
@@ -28,13 +31,23 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard.redaction import scrub, url_secrets
+from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
 from snowshard.sharding.errors import ShardingError
 
-__all__ = ["DATABASE_OPTION", "ShardOperationError", "install", "mark", "watch"]
+__all__ = [
+    "DATABASE_OPTION",
+    "REPLICA_OPTION",
+    "ShardOperationError",
+    "install",
+    "mark",
+    "watch",
+]
 
 DATABASE_OPTION = "snowshard_database"
 """Execution option naming the database key of a sharded session's connection."""
+
+REPLICA_OPTION = "snowshard_replica_of"
+"""Execution option marking a connection to a replica (the database key it copies)."""
 
 
 class ShardOperationError(ShardingError):
@@ -42,7 +55,8 @@ class ShardOperationError(ShardingError):
 
     ``database`` is the database key, ``tables`` the physical tables the statement named
     (empty when SQLAlchemy did not compile it), ``disconnect`` whether the connection was
-    lost, and ``retry_safe`` whether running the transaction again stores nothing twice.
+    lost, ``retry_safe`` whether running the transaction again stores nothing twice, and
+    ``replica`` whether the statement ran on a replica of the database.
     """
 
     def __init__(
@@ -53,12 +67,14 @@ class ShardOperationError(ShardingError):
         tables: tuple[str, ...],
         disconnect: bool,
         retry_safe: bool = True,
+        replica: bool = False,
     ) -> None:
         super().__init__(message)
         self.database = database
         self.tables = tables
         self.disconnect = disconnect
         self.retry_safe = retry_safe
+        self.replica = replica
 
 
 def watch(engine: Engine) -> None:
@@ -67,22 +83,37 @@ def watch(engine: Engine) -> None:
         event.listen(engine, "handle_error", _named)
 
 
-def mark(connection: Connection, database: str) -> None:
-    """Mark ``connection`` (checked out by a sharded session) as ``database``'s."""
-    connection.execution_options(**{DATABASE_OPTION: database})
+def mark(connection: Connection, database: str, *, replica: bool = False) -> None:
+    """Mark ``connection`` (checked out by a sharded session) as ``database``'s.
+
+    ``replica``: the connection reads a replica of ``database``.
+    """
+    options = {DATABASE_OPTION: database}
+    if replica:
+        options[REPLICA_OPTION] = database
+    connection.execution_options(**options)
 
 
-def install(session: Session, binds: Mapping[str, Engine | Connection]) -> None:
-    """Name driver errors of ``session``'s work: ``binds`` maps database key -> engine."""
+def install(
+    session: Session,
+    binds: Mapping[str, Engine | Connection],
+    replicas: Mapping[str, Sequence[Engine]] | None = None,
+) -> None:
+    """Name driver errors of ``session``'s work: ``binds`` maps database key -> engine,
+    ``replicas`` database key -> its replica engines."""
     engines = {key: bind.engine for key, bind in binds.items()}
-    keys = {id(engine): key for key, engine in engines.items()}
+    keys = {id(engine): (key, False) for key, engine in engines.items()}
+    for key, copies in (replicas or {}).items():
+        for engine in copies:
+            keys[id(engine)] = (key, True)
+            watch(engine)
     for engine in engines.values():
         watch(engine)
 
     def mark_begun(session: Session, transaction: Any, connection: Connection) -> None:
-        key = keys.get(id(connection.engine))
-        if key is not None:
-            mark(connection, key)
+        found = keys.get(id(connection.engine))
+        if found is not None:
+            mark(connection, found[0], replica=found[1])
 
     event.listen(session, "after_begin", mark_begun)
 
@@ -91,11 +122,13 @@ def _named(context: ExceptionContext) -> BaseException | None:
     error = context.sqlalchemy_exception
     if not isinstance(error, DBAPIError):
         return None  # snowshard's own errors and SQLAlchemy's non-driver ones pass through
-    database = _database_of(context)
+    database, replica = _database_of(context)
     if database is None:
         return None
     tables = _tables_of(context)
     where = f"database {database!r}" + (f", table {', '.join(tables)}" if tables else "")
+    if replica and context.engine is not None:
+        where = f"replica {redact_sqlalchemy_url(context.engine.url)} of {where}"
     original = context.original_exception
     cause = f"{type(original).__module__}.{type(original).__name__}: {original}".strip()
     secrets = url_secrets(context.engine.url) if context.engine is not None else frozenset()
@@ -109,19 +142,23 @@ def _named(context: ExceptionContext) -> BaseException | None:
         database=database,
         tables=tables,
         disconnect=bool(context.is_disconnect),
+        replica=replica,
     )
 
 
-def _database_of(context: ExceptionContext) -> str | None:
+def _database_of(context: ExceptionContext) -> tuple[str | None, bool]:
+    """The database key of the failing connection, and whether it is a replica's."""
     options: Mapping[str, Any]
     if context.execution_context is not None:
         options = context.execution_context.execution_options
     elif context.connection is not None:
         options = context.connection.get_execution_options()
     else:
-        return None
+        return None, False
     database = options.get(DATABASE_OPTION)
-    return database if isinstance(database, str) else None
+    if not isinstance(database, str):
+        return None, False
+    return database, options.get(REPLICA_OPTION) == database
 
 
 def _tables_of(context: ExceptionContext) -> tuple[str, ...]:

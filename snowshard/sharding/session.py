@@ -10,7 +10,7 @@
 
     ShardedSession(bind=main, databases={"a": engine_a, "b": engine_b}, twophase=True)
 
-``ShardedSession`` is a plain :class:`~sqlalchemy.orm.Session` with three additions:
+``ShardedSession`` is a plain :class:`~sqlalchemy.orm.Session` with these additions:
 
 * :meth:`~ShardedSession.get_bind` sends each physical table to the engine of the database
   holding it (``databases[key]``; tables of the default database and unsharded models go
@@ -19,7 +19,10 @@
   physical class (and identity map) the ID names;
 * two session events, registered on the class: ``before_flush`` checks every new or
   changed sharded row (:mod:`~snowshard.sharding.flush`), and ``do_orm_execute`` routes
-  statements naming a logical model (:mod:`~snowshard.sharding.execute`).
+  statements naming a logical model (:mod:`~snowshard.sharding.execute`);
+* with ``replicas={key: [engine, ...]}``, reads of a database the transaction has not
+  written to go to one of its replicas (:mod:`~snowshard.sharding.replicas`): ``get_bind``
+  returns the replica's engine, and ``connection()`` with a SELECT ``clause`` its connection.
 
 One session holds one transaction per database, so writes to many tables of a database
 commit or roll back together. Across databases, ``twophase=True`` prepares every database
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, TypeVar, Union
+from typing import Any
 
 from sqlalchemy import Engine, Table, event, inspect
 from sqlalchemy.engine import Connection
@@ -40,22 +43,26 @@ from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding import driver_errors
-from snowshard.sharding.errors import UnknownDatabase
-from snowshard.sharding.execute import route_execute
-from snowshard.sharding.flush import check_flush
-from snowshard.sharding.twophase import CommitCoordinator, TwoPhase
+from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
-from snowshard.sharding.execute import DIRECT_MAPPER
+from snowshard.sharding.errors import UnknownDatabase
+from snowshard.sharding.execute import DIRECT_MAPPER, route_execute
+from snowshard.sharding.flush import check_flush
 from snowshard.sharding.model import model_of_class
 from snowshard.sharding.reference import is_reference
+from snowshard.sharding.replicas import (
+    PREFER_KEY,
+    ReplicaRouter,
+    Replicas,
+    prefer_from_options,
+)
+from snowshard.sharding.twophase import CommitCoordinator, TwoPhase
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
 
 __all__ = ["ShardedSession"]
 
-_O = TypeVar("_O")
-_Bind = Union[Engine, Connection]
+_Bind = Engine | Connection
 _AnyBind = Any  # an Engine or Connection; or their asyncio wrappers, for AsyncShardedSession
 
 
@@ -86,18 +93,32 @@ class ShardedSession(Session):
         ``AsyncEngine`` values are accepted, for :class:`AsyncShardedSession`.
     :param twophase: True, or a :class:`~snowshard.sharding.twophase.TwoPhase`, for the
         recoverable two-phase commit of :mod:`~snowshard.sharding.twophase`.
+    :param replicas: database key -> replica engine(s), or a
+        :class:`~snowshard.sharding.replicas.Replicas`: reads outside a write transaction go
+        to a replica (:mod:`~snowshard.sharding.replicas`).
+    :param max_concurrency: the most databases one statement queries at once (an int
+        >= 1; default 8); the fan-out reads it.
     :param kw: everything else :class:`~sqlalchemy.orm.Session` takes (
         ``binds``, ``expire_on_commit``, ...).
     """
 
     def __init__(
         self,
-        bind: Optional[_AnyBind] = None,
+        bind: _AnyBind | None = None,
         *,
-        databases: Optional[Mapping[str, _AnyBind]] = None,
-        twophase: Union[bool, TwoPhase] = False,
+        databases: Mapping[str, _AnyBind] | None = None,
+        twophase: bool | TwoPhase = False,
+        replicas: Replicas | Mapping[str, Any] | None = None,
+        max_concurrency: int = 8,
         **kw: Any,
     ) -> None:
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or (
+            max_concurrency < 1
+        ):
+            raise ShardConfigError(
+                f"max_concurrency must be an int >= 1 (the most databases one statement "
+                f"queries at once), got {max_concurrency!r}; pass e.g. max_concurrency=8"
+            )
         if databases is not None and (
             not isinstance(databases, Mapping) or not all(isinstance(k, str) for k in databases)
         ):
@@ -110,17 +131,57 @@ class ShardedSession(Session):
             )
         super().__init__(bind=_sync(bind) if bind is not None else None, **kw)
         self.databases: dict[str, _Bind] = {k: _sync(v) for k, v in (databases or {}).items()}
+        self.max_concurrency: int = max_concurrency
+        """The most databases one statement queries at once."""
+        named = {DEFAULT_DATABASE: self.bind} if self.bind is not None else {}
+        primaries = {**named, **self.databases}
+        config = Replicas.of(replicas)
+        self.replica_router: ReplicaRouter | None = (
+            None if config is None else ReplicaRouter(self, config, primaries)
+        )
+        """Routes reads to replicas (:mod:`~snowshard.sharding.replicas`); None without."""
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
-        self._flush_connections: Optional[dict[type, Connection]] = None
-        named = {DEFAULT_DATABASE: self.bind} if self.bind is not None else {}
-        driver_errors.install(self, {**named, **self.databases})
+        self._flush_connections: dict[type, Connection] | None = None
+        driver_errors.install(self, primaries, config.engines if config is not None else {})
+
+    def connection(
+        self,
+        bind_arguments: dict[str, Any] | None = None,
+        execution_options: Any | None = None,
+    ) -> Connection:
+        """:meth:`Session.connection`; with replicas, a SELECT ``clause`` may get a replica's.
+
+        Without a ``clause`` that reads, the caller may write through the connection, so
+        later reads of its database use the primary until the transaction ends.
+        """
+        router = self.replica_router
+        if router is None or (bind_arguments is not None and "bind" in bind_arguments):
+            return super().connection(bind_arguments, execution_options)
+        arguments = dict(bind_arguments or {})
+        mapper = arguments.pop("mapper", None)
+        clause = arguments.pop("clause", None)
+        bind, database = self._route(mapper, clause, arguments)
+        router.note_request(database, clause)
+        return super().connection({"bind": bind}, execution_options)
+
+    def rollback(self) -> None:
+        """:meth:`Session.rollback`; a replica connection that broke is closed quietly."""
+        if self.replica_router is not None:
+            self.replica_router.settle()
+        super().rollback()
+
+    def close(self) -> None:
+        """:meth:`Session.close`; a replica connection that broke is closed quietly."""
+        if self.replica_router is not None:
+            self.replica_router.settle()
+        super().close()
 
     def commit(self) -> None:
         """:meth:`Session.commit`; a failure names its database (:mod:`~.twophase`)."""
         self.commits.commit(super().commit)
 
-    def flush(self, objects: Optional[Sequence[Any]] = None) -> None:
+    def flush(self, objects: Sequence[Any] | None = None) -> None:
         """:meth:`Session.flush`; with several databases, each row goes to its own."""
         if not self.databases:
             super().flush(objects)
@@ -170,18 +231,39 @@ class ShardedSession(Session):
 
     def get_bind(
         self,
-        mapper: Optional[Any] = None,
+        mapper: Any | None = None,
         *,
-        clause: Optional[ClauseElement] = None,
-        bind: Optional[_Bind] = None,
+        clause: ClauseElement | None = None,
+        bind: _Bind | None = None,
         **kw: Any,
     ) -> _Bind:
-        """The engine for a statement: its shard's database first, else Session's rules."""
+        """The engine for a statement: its shard's database first, else Session's rules.
+
+        With replicas, a read may get one of the database's replicas instead
+        (:mod:`~snowshard.sharding.replicas`).
+        """
         if bind is not None:
             return bind
+        return self._route(mapper, clause, kw)[0]
+
+    def _route(
+        self, mapper: Any | None, clause: ClauseElement | None, kw: dict[str, Any]
+    ) -> tuple[_Bind, str | None]:
+        """The bind of a statement, and the database key it belongs to (None: not one)."""
+        primary, database = self._primary(mapper, clause, kw)
+        router = self.replica_router
+        if router is None or database is None:
+            return primary, database
+        database = router.key_of(database, primary)
+        return router.route(self, database, primary, clause, kw.get(PREFER_KEY)), database
+
+    def _primary(
+        self, mapper: Any | None, clause: ClauseElement | None, kw: dict[str, Any]
+    ) -> tuple[_Bind, str | None]:
         if not self.databases:  # one database: Session's own rules (bind, binds)
-            return super().get_bind(mapper, clause=clause, **kw)
-        database: Optional[str] = kw.get(BIND_KEY)
+            found = super().get_bind(mapper, clause=clause, **kw)
+            return found, (DEFAULT_DATABASE if found is self.bind else None)
+        database: str | None = kw.get(BIND_KEY)
         if database is None and mapper is not None:
             inspected = inspect(mapper)
             database = _database_of_mapper(inspected)
@@ -191,10 +273,11 @@ class ShardedSession(Session):
         if database is None and clause is not None and self.databases:
             database = _database_of_clause(clause)
         if database is not None:
-            return self.engine_for(database)
-        return super().get_bind(mapper, clause=clause, bind=bind, **kw)
+            return self.engine_for(database), database
+        found = super().get_bind(mapper, clause=clause, **kw)
+        return found, (DEFAULT_DATABASE if found is self.bind else None)
 
-    def _shard_of_ident(self, entity: Any, ident: Any) -> Optional[int]:
+    def _shard_of_ident(self, entity: Any, ident: Any) -> int | None:
         """The shard an identity names, for a logical model keyed by its ID (else None)."""
         entry = model_of_class(entity)
         if entry is None or entry[1] is not None:
@@ -227,7 +310,7 @@ class ShardedSession(Session):
         return found
 
 
-def _database_of_mapper(mapper: Any) -> Optional[str]:
+def _database_of_mapper(mapper: Any) -> str | None:
     if not isinstance(mapper, Mapper):
         return None
     entry = model_of_class(mapper.class_)
@@ -237,7 +320,7 @@ def _database_of_mapper(mapper: Any) -> Optional[str]:
     return model.database_of(shard if shard is not None else 0)
 
 
-def _database_of_clause(clause: ClauseElement) -> Optional[str]:
+def _database_of_clause(clause: ClauseElement) -> str | None:
     for element in iterate(clause):
         # physical tables carry their ShardInfo in Table.info (not hasattr(element, "c"):
         # that reads Select.c, deprecated since SQLAlchemy 2.0 and an error under -W error)
@@ -248,6 +331,7 @@ def _database_of_clause(clause: ClauseElement) -> Optional[str]:
     return None
 
 
+event.listen(ShardedSession, "do_orm_execute", prefer_from_options)  # before routing
 event.listen(ShardedSession, "do_orm_execute", route_execute)
 event.listen(ShardedSession, "before_flush", check_flush)
 

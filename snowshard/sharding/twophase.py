@@ -48,6 +48,12 @@ Without two-phase commit, a session over several databases commits them one afte
 a failure after some committed raises :class:`~.commit_errors.PartialCommitError` naming
 what committed, what failed and what was rolled back (see :mod:`.commit_errors`).
 
+Replica connections (:mod:`~snowshard.sharding.replicas`) are never branches: a hot
+standby refuses ``PREPARE TRANSACTION`` and XA, and they only read. SQLAlchemy's closing
+``COMMIT`` ends their transactions after every branch committed; when that fails (the
+replica broke), or when a transaction read replicas only, the session is closed instead of
+reporting a failure: nothing written is lost.
+
 Limits: one decisions database serves every group whose branches share a server (recovery
 acts on every ``snowshard-`` branch it sees). Changes made by ``before_commit`` listeners
 are flushed before the databases commit only if the listener flushes them itself (the
@@ -87,7 +93,7 @@ from snowshard.sharding.commit_errors import (
     TwoPhaseConfigError,
     TwoPhaseUnavailable,
 )
-from snowshard.sharding.driver_errors import DATABASE_OPTION
+from snowshard.sharding.driver_errors import DATABASE_OPTION, ShardOperationError
 from snowshard.spec import DEFAULT_DATABASE
 
 if TYPE_CHECKING:
@@ -422,6 +428,8 @@ class CommitCoordinator:
         )
         self.branches: list[_Branch] = []
         self.group = ""
+        self.reads_replicas = False
+        """Whether the current transaction holds replica connections (never branches)."""
         self._transaction: SessionTransaction | None = None
         event.listen(session, "after_begin", self._began)
 
@@ -445,6 +453,12 @@ class CommitCoordinator:
             self._transaction = root
             self.branches = []
             self.group = new_group()
+            self.reads_replicas = False
+        router = getattr(self.session, "replica_router", None)
+        if router is not None and router.replica_key(connection) is not None:
+            # a replica only reads (a hot standby refuses PREPARE and XA): no branch
+            self.reads_replicas = True
+            return
         key = self._key_of(connection)
         backend = backend_of(connection.dialect.name)
         managed = connection is not self.session.bind and all(
@@ -482,6 +496,9 @@ class CommitCoordinator:
                 break
             session.flush()
         branches = [b for b in self.branches if b.state == "active"]
+        if not branches and self.reads_replicas:
+            self._commit_reads(base)
+            return
         if not branches or not all(b.managed for b in branches):
             base()
             return
@@ -507,6 +524,18 @@ class CommitCoordinator:
             # commit, met a connection that broke since. The commit succeeded: close the
             # session (its objects stay loaded, detached) rather than report a failure.
             session.close()
+
+    def _commit_reads(self, base: Callable[[], None]) -> None:
+        """Commit a transaction that only read replicas: a broken replica closes the session.
+
+        Nothing was written, so a replica whose connection broke since its last read has
+        nothing to lose: the session is closed (its objects stay loaded, detached) instead
+        of reporting a commit failure.
+        """
+        try:
+            base()
+        except (DBAPIError, ShardOperationError):
+            self.session.close()
 
     def _one_by_one(self, branches: list[_Branch]) -> None:
         """Commit each branch in turn (one phase); SQLAlchemy's own COMMIT then finds none."""
