@@ -3,33 +3,170 @@
 Every test checks where rows land or which physical tables (and databases) a statement
 named, from the SQL each engine was sent, and compares results with an unsharded twin
 table holding the same rows.
+
+The ``generations`` strategy is a model with two layout generations
+(:mod:`snowshard.sharding.generations`): 4 tables by ``Gene(4)``, then 8 more by
+``Gene(8)`` from ``SWITCH``; its IDs alternate between a clock before the switch and one
+after it, so every test's rows span both generations. A parent key names one table per
+generation there, so the tests expect the tables of ``shards_of(key, value)``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, String, delete, func, insert, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from snowshard import Layout, Snowflake
+from snowshard.clock import ManualClock
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import Sharded, ShardKeyChanged, Shards
 from snowshard.sharding.driver_errors import ShardOperationError
-from snowshard.sharding import ShardKeyChanged
-from tests.test_sharding_helpers import COUNT, World, build_world, world_params
+from snowshard.sharding.generations import Generation
+from tests.backends import DatabaseFactory
+from tests.test_sharding_helpers import (
+    BACKEND_MARKS,
+    LAYOUT,
+    LEVELS,
+    Models,
+    World,
+    build_world,
+    world_params,
+)
+from tests.worlds import open_world
 
 USERS = [1820, 5177331, 3, 17, 42, 99, 256, 1001, 7, 12, 64, 77, 123456789, 31, 8, 15]
-ALL_TABLES = {f"orders_{i:02d}" for i in range(COUNT)}
+
+# --------------------------------------------------------------------------- generations
+
+SWITCH = datetime(2027, 1, 1, tzinfo=timezone.utc)
+SWITCH_MS = int(SWITCH.timestamp() * 1000)
+GENERATION_LEVELS: dict[str, tuple[dict[str, list[int]], dict[str, list[int]]]] = {
+    "table": ({}, {}),
+    "database": ({"a": [0, 1], "b": [2, 3]}, {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}),
+}
 
 
-@pytest.fixture(scope="module", params=world_params())
+class AlternatingIds:
+    """IDs issued alternately on a clock before ``SWITCH`` and on one after it."""
+
+    def __init__(self, worker: int) -> None:
+        self.clocks = (ManualClock(SWITCH_MS - 86_400_000), ManualClock(SWITCH_MS + 1000))
+        self.generators = tuple(
+            Snowflake(LAYOUT, worker=worker + i, clock=c, sleep=c.sleep)
+            for i, c in enumerate(self.clocks)
+        )
+        self.turn = 0
+
+    @property
+    def layout(self) -> Layout:
+        return LAYOUT
+
+    def next_id(self, gene: object = None) -> int:
+        self.turn ^= 1
+        self.clocks[self.turn].advance(1)
+        return self.generators[self.turn].next_id(gene)
+
+
+@dataclass(frozen=True)
+class ByIdTime:
+    """The expected table index of an ID, computed from its time and gene (not snowshard's)."""
+
+    count: int = 12
+
+    def shard_of(self, value: int) -> int:
+        gene = value & 15
+        return gene % 4 if LAYOUT.time_of(value) < SWITCH else 4 + gene % 8
+
+
+_generation_models: dict[str, Models] = {}
+
+
+def generation_models(level: str) -> Models:
+    """The shop of ``level`` with two generations, declared once per test session."""
+    found = _generation_models.get(level)
+    if found is not None:
+        return found
+    first, second = GENERATION_LEVELS[level]
+    ids = AlternatingIds(worker=10 + 2 * len(_generation_models))
+
+    def shards() -> Shards:
+        later = Generation("2027-01-01T00:00:00Z", 8, databases=second)
+        return Shards(4, key=("id", "user_id"), databases=first, generations=[later])
+
+    class Base(DeclarativeBase):
+        pass
+
+    class User(Base):
+        __tablename__ = "users"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        orders: Mapped[list[Any]] = relationship(
+            "Order", primaryjoin="User.id == foreign(Order.user_id)", viewonly=True
+        )
+
+    class Order(Sharded, Base):
+        __tablename__ = "orders"
+        __shards__ = shards()
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+        amount: Mapped[int] = mapped_column(Integer, default=0)
+        note: Mapped[str | None] = mapped_column(String(20))
+
+    class Item(Sharded, Base):
+        __tablename__ = "items"
+        __shards__ = shards()
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        order_id: Mapped[int] = mapped_column(BigInteger)
+
+    class Twin(Base):
+        __tablename__ = "orders_twin"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+        amount: Mapped[int] = mapped_column(Integer, default=0)
+        note: Mapped[str | None] = mapped_column(String(20))
+
+    Base.registry.configure()
+    found = Models(Base, User, Order, Item, Twin, ByIdTime(), ("id", "user_id"))
+    _generation_models[level] = found
+    return found
+
+
+def _params() -> list[Any]:
+    generations = [
+        pytest.param((b, level, "generations"), id=f"{b}-{level}-generations", marks=BACKEND_MARKS[b])
+        for b in ("sqlite", "postgresql", "mysql")
+        for level in LEVELS
+    ]
+    return [*world_params(), *generations]
+
+
+
+
+@pytest.fixture(scope="module", params=_params())
 def world(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
-    yield from build_world(request, tmp_path_factory.mktemp("world"), *request.param)
+    backend, level, strategy = request.param
+    if strategy != "generations":
+        yield from build_world(request, tmp_path_factory.mktemp("world"), *request.param)
+        return
+
+
+    factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("world"))
+    try:
+        m = generation_models(level)
+        yield World(backend, level, strategy, m, open_world(factory, m.base, backend))
+    finally:
+        factory.cleanup()
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +181,16 @@ def _key(world: World) -> str:
 
 
 def _table(world: World, shard: int) -> str:
-    return f"orders_{shard:02d}"
+    return world.model.tables[shard].name
+
+
+def _all_tables(world: World) -> set[str]:
+    return {table.name for table in world.model.tables}
+
+
+def _tables_of(world: World, key: str, value: Any) -> set[str]:
+    """The tables a row with ``key`` = ``value`` can be in: one, or one per generation."""
+    return {_table(world, s) for s in world.model.shards_of(key, value)}
 
 
 def _values(params: Any) -> set[Any]:
@@ -56,7 +202,7 @@ def test_rows_land_in_the_table_the_strategy_names(world: World) -> None:
     world.add_orders(USERS)
     with world.session() as session:
         orders = session.scalars(select(world.m.Twin)).all()
-        expected: dict[int, set[int]] = {i: set() for i in range(COUNT)}
+        expected: dict[int, set[int]] = {i: set() for i in range(world.model.count)}
         for order in orders:
             expected[world.expected_shard(order)].add(order.id)
     assert world.rows_by_table() == expected
@@ -76,23 +222,25 @@ def test_session_get_reads_only_the_table_of_the_id(world: World) -> None:
         order = session.get(world.m.Order, order_id)
         assert order is not None and order.amount == amount
         shard = world.model.shard_of(world.m.keys[0], order_id if "id" in world.m.keys else user_id)
-    assert world.tables_named() == ({_table(world, shard)} if "id" in world.m.keys else ALL_TABLES)
+    assert world.tables_named() == ({_table(world, shard)} if "id" in world.m.keys else _all_tables(world))
 
 
 def test_key_equality_reads_one_table_in_its_database(world: World) -> None:
-    """WHERE key == value sends one statement, naming only that value's table and database."""
+    """WHERE key == value names only that value's table (one per generation) and database."""
     rows = world.add_orders(USERS)
     key = _key(world)
     value = rows[0][0] if key == "id" else USERS[0]
-    shard = world.model.shard_of(key, value)
+    shards = world.model.shards_of(key, value)
     with world.session() as session:
         world.clear()
         found = session.scalars(
             select(world.m.Order).where(getattr(world.m.Order, key) == value)
         ).all()
     assert [o.id for o in found] == [rows[0][0]]
-    assert world.tables_named() == {_table(world, shard)}
-    assert {db for db, _, _ in world.log} <= {world.model.database_of(shard), "default"}
+    assert world.tables_named() == _tables_of(world, key, value)
+    assert len(world.log) == len(shards)
+    databases = {world.model.database_of(s) for s in shards}
+    assert {db for db, _, _ in world.log} <= databases | {"default"}
 
 
 def test_in_list_is_split_per_shard(world: World) -> None:
@@ -109,11 +257,13 @@ def test_in_list_is_split_per_shard(world: World) -> None:
     assert sorted(found) == sorted(r[0] for r in rows[:9])
     by_shard: dict[int, set[Any]] = {}
     for value in wanted:
-        by_shard.setdefault(world.model.shard_of(key, value), set()).add(value)
+        for shard in world.model.shards_of(key, value):
+            by_shard.setdefault(shard, set()).add(value)
     assert len(world.log) == len(by_shard)
-    for database, sql, params in world.log:
-        (table,) = {name for name in ALL_TABLES if name in sql}
-        shard = int(table[-2:])
+    index = {name: i for i, name in enumerate(t.name for t in world.model.tables)}
+    for (database, _, params), sent in zip(world.log, world.sql):
+        (table,) = sent.shards
+        shard = index[table]
         assert _values(params) & set(wanted) == by_shard[shard]
         assert database in (world.model.database_of(shard), "default")
 
@@ -140,7 +290,7 @@ def test_fan_out_order_by_limit_offset_equals_the_twin(world: World) -> None:
         ),
     )
     assert sharded == twin and len(twin) == 5
-    assert world.tables_named() == ALL_TABLES
+    assert world.tables_named() == _all_tables(world)
 
 
 def test_fan_out_entities_come_back_in_order(world: World) -> None:
@@ -154,9 +304,9 @@ def test_fan_out_entities_come_back_in_order(world: World) -> None:
             select(world.m.Twin.id).order_by(world.m.Twin.id.desc()).limit(6)
         ).all()
     assert [o.id for o in orders] == list(twin)
-    assert {type(o).__name__[-2:] for o in orders} == {
-        f"{world.expected_shard(o):02d}" for o in orders
-    }
+    assert [type(o).__table__.name for o in orders] == [
+        _table(world, world.expected_shard(o)) for o in orders
+    ]
 
 
 def test_aggregates_equal_the_twin(world: World) -> None:
@@ -206,9 +356,9 @@ def test_bulk_update_is_routed_and_applied(world: World) -> None:
             session.scalar(select(func.sum(world.m.Order.amount)))
             == sum(r[2] for r in rows) - rows[2][2] + 500
         )
-    assert {n for n in world.tables_named()} >= {_table(world, world.model.shard_of(key, value))}
+    assert {n for n in world.tables_named()} >= _tables_of(world, key, value)
     update_sql = [s for s in world.statements() if s.lstrip().upper().startswith("UPDATE")]
-    assert len(update_sql) == 1
+    assert len(update_sql) == len(world.model.shards_of(key, value))
 
 
 def test_bulk_delete_without_key_reaches_every_table(world: World) -> None:
@@ -220,7 +370,7 @@ def test_bulk_delete_without_key_reaches_every_table(world: World) -> None:
         session.commit()
         left = session.scalar(select(func.count()).select_from(world.m.Order))
     assert deleted == len(USERS) // 2 and left == len(USERS) - deleted
-    assert {s.split()[2] for s in world.statements() if s.startswith("DELETE")} == ALL_TABLES
+    assert {s.split()[2] for s in world.statements() if s.startswith("DELETE")} == _all_tables(world)
 
 
 def test_orm_update_and_delete_touch_one_table(world: World) -> None:
@@ -245,8 +395,8 @@ def test_moving_a_row_to_another_shard_is_refused(world: World) -> None:
     key = world.m.keys[-1]
     with world.session() as session:
         order = session.get(world.m.Order, rows[0][0])
-        here = world.model.shard_of(key, getattr(order, key))
-        other = next(u for u in range(1, 100) if world.model.shard_of(key, u) != here)
+        here = world.expected_shard(order)
+        other = next(u for u in range(1, 100) if here not in world.model.shards_of(key, u))
         setattr(order, key, other)
         world.clear()
         with pytest.raises(ShardKeyChanged, match="cannot move"):

@@ -1,8 +1,17 @@
-"""``snowshard layout``: what a layout can hold, until when, and what to watch out for."""
+"""``snowshard layout``: what a layout can hold, until when, and what to watch out for.
+
+With ``--model module:Class`` it also lists the layout generations of a sharded model
+(:mod:`snowshard.sharding.generations`): per generation its switch time, lowest ID, global
+table indices, table names, strategy and databases.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -19,9 +28,13 @@ from snowshard.cli.options import (
     strategy_from,
 )
 from snowshard.cli.output import console, echo_json, utc_text
+from snowshard.errors import ShardConfigError
 from snowshard.layout import Layout
 
-__all__ = ["capacity", "layout_command"]
+if TYPE_CHECKING:
+    from snowshard.sharding.model import ShardedModel
+
+__all__ = ["capacity", "generation_facts", "layout_command", "load_model"]
 
 _FIELDS = ("timestamp", "datacenter", "worker", "sequence", "gene")
 
@@ -57,6 +70,73 @@ def capacity(layout: Layout, now_ms: int) -> dict[str, object]:
         "max_id": str(layout.max_value),
         "js_unsafe_at": unsafe.isoformat(timespec="milliseconds") if unsafe else None,
     }
+
+
+def load_model(target: str) -> ShardedModel:
+    """The sharded model of the class ``module:Class`` (imported from the working directory)."""
+    from snowshard.sharding.declare import sharded_model  # SQLAlchemy: only when asked
+
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(
+            f"{target!r}: give module:Class, e.g. app.models:Order", param_hint="--model"
+        )
+    if os.getcwd() not in sys.path:  # `snowshard` run from the project, like `python -m`
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r} ({exc}); run from the project directory or "
+            "install it",
+            param_hint="--model",
+        ) from exc
+    cls = getattr(module, attribute, None)
+    if not isinstance(cls, type):
+        raise click.BadParameter(f"{module_name} has no class {attribute!r}", param_hint="--model")
+    try:
+        return sharded_model(cls)
+    except ShardConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from exc
+
+
+def generation_facts(model: ShardedModel) -> list[dict[str, Any]]:
+    """Each generation of ``model``: since, first ID, indices, tables, strategy, databases."""
+    facts = []
+    for period in model.generations:
+        spec = period.spec
+        facts.append(
+            {
+                "generation": period.number,
+                "since": period.since,
+                "first_id": str(period.first_id),
+                "indices": [period.offset, period.offset + spec.count - 1],
+                "tables": [spec.table_name(0), spec.table_name(spec.count - 1)],
+                "count": spec.count,
+                "strategy": repr(period.strategy),
+                "databases": {key: len(indices) for key, indices in spec.databases.items()},
+            }
+        )
+    return facts
+
+
+def _generation_table(model: ShardedModel) -> Table:
+    table = Table(
+        "generation", "since (UTC)", "indices", "tables", "strategy", "databases",
+        box=None, pad_edge=False, title=f"{model.name}: layout generations", title_justify="left",
+    )  # fmt: skip
+    for fact in generation_facts(model):
+        first, last = fact["tables"]
+        low, high = fact["indices"]
+        table.add_row(
+            str(fact["generation"]),
+            fact["since"] or "(from the start)",
+            f"{low}..{high}",
+            f"{first}..{last}",
+            escape(fact["strategy"]),
+            ", ".join(f"{key}: {n}" for key, n in fact["databases"].items()),
+        )
+    return table
 
 
 def _rows(layout: Layout, facts: dict[str, object]) -> list[tuple[str, str]]:
@@ -101,6 +181,13 @@ def _rows(layout: Layout, facts: dict[str, object]) -> list[tuple[str, str]]:
     default=None,
     help="Judge expiry and 2^53 as of this time (default: now).",
 )
+@click.option(
+    "--model",
+    "model_target",
+    metavar="MODULE:CLASS",
+    default=None,
+    help="Also list the layout generations of this sharded model (e.g. app.models:Order).",
+)
 @json_option
 def layout_command(
     strategy: str | None,
@@ -108,6 +195,7 @@ def layout_command(
     shift_bits: int | None,
     shift_by: str | None,
     now: int | None,
+    model_target: str | None,
     as_json: bool,
 ) -> None:
     """Show a layout's fields, capacity and lifetime, with warnings.
@@ -118,11 +206,13 @@ def layout_command(
     \b
     snowshard layout --layout twitter
     snowshard layout --gene-bits 4 --worker-bits 6 --strategy gene --shards 32
+    snowshard layout --model app.models:Order
     """
     config = current_config()
     layout = config.layout
     now_ms = now if now is not None else time.time_ns() // 1_000_000
     router = strategy_from(config, strategy, shards, shift_bits, shift_by, required=False)
+    model = load_model(model_target) if model_target is not None else None
     facts = capacity(layout, now_ms)
     warnings = layout_warnings(layout, now_ms)
     if router is not None:
@@ -132,6 +222,8 @@ def layout_command(
         if router is not None:
             facts["strategy"] = {"name": repr(router), "rule": rule_of(router)}
         facts["warnings"] = warnings
+        if model is not None:
+            facts["generations"] = generation_facts(model)
         echo_json(facts)
         return
     out = console()
@@ -148,5 +240,8 @@ def layout_command(
     for label, shown in _rows(layout, facts):
         facts_table.add_row(label, shown)
     out.print(facts_table)
+    if model is not None:
+        out.print()
+        out.print(_generation_table(model))
     for message in warnings:
         out.print(f"[yellow]warning:[/yellow] {escape(message)}")

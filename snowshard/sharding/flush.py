@@ -2,7 +2,11 @@
 
 Raised here, an error precedes any SQL of the flush: a row built without a shard key,
 a key changed to another shard's value (moving rows is not an update), a key set to
-None, or a NULL gene parent for an ID still to be issued.
+None, or a NULL gene parent for an ID still to be issued. With generations
+(:mod:`snowshard.sharding.generations`) a row's table must be the one of its ID's
+generation, and a parent key must be one its table's generation can hold; a new row must
+have its ID (the logical class's constructor issues it), since an ID issued by the column
+default during the flush could belong to another generation than the row's table.
 """
 
 from __future__ import annotations
@@ -50,12 +54,19 @@ def _check_row(obj: Any, model: ShardedModel, shard: int, what: str) -> None:
         if value is None:
             continue
         present += 1
-        found = model.shard_of(key, value)
-        if found != shard:
+        found = model.shards_of(key, value)
+        if shard not in found:
+            shown = found[0] if len(found) == 1 else list(found)
             raise ShardKeyChanged(
-                f"{label} now has {key}={value!r}, which belongs to shard {found}; rows "
+                f"{label} now has {key}={value!r}, which belongs to shard {shown}; rows "
                 "cannot move between tables: add a new row and delete this one"
             )
+    id_key = model.id_key
+    if model.timeline is not None and id_key is not None and getattr(obj, id_key) is None:
+        raise MissingShardKey(
+            f"{label} has no {id_key}; with generations the ID's time picks the table: "
+            f"build it with {model.name}(...), which issues the ID, or set {id_key}"
+        )
     if not present:
         raise MissingShardKey(
             f"{label} has {' and '.join(model.keys)} set to None; a row needs its shard key"

@@ -11,6 +11,11 @@ For ``class Order(Sharded, Base)`` declared with ``Shards(16, ...)``:
 * each physical class ``Order_00`` .. ``Order_15`` subclasses ``Order`` as a *concrete*
   inheriting mapper (polymorphic identity = table index) of its table.
 
+With generations (:mod:`snowshard.sharding.generations`), each generation's tables follow
+in one global index space (``orders_00`` .. ``orders_15``, then ``orders_g1_00`` ..), each
+carrying ``ShardInfo(its generation's spec, its own index)``, and its classes are named
+``Order_g1_00`` ..; a class's polymorphic identity is its global index.
+
 So ``Base.metadata`` holds exactly the tables to create and migrate, and a flush writes
 each object to its own table through the ordinary unit of work. A read of several tables
 of one database uses :func:`union_entity`, a ``with_polymorphic`` entity over a
@@ -27,10 +32,11 @@ from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
 
 from snowshard._compat import keyed_subquery
-from snowshard.sharding.model import MODEL_INFO, ShardedModel
+from snowshard.sharding.generations import Timeline, build_timeline, default_strategy
+from snowshard.sharding.model import MODEL_INFO, ShardedModel, snowflake_default_of
 from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardConfigError, ShardInfo, ShardSpec
-from snowshard.strategies import Gene, Mod, ShardStrategy, colocates_genes
+from snowshard.strategies import ShardStrategy, colocates_genes
 
 __all__ = ["DISCRIMINATOR", "map_shards", "union_entity"]
 
@@ -38,11 +44,9 @@ DISCRIMINATOR = "snowshard_shard"
 """Name of the table-index column of the UNION ALL that reads several tables at once."""
 
 
-def _strategy(cls: type, declaration: Shards) -> Any:
-    count = declaration.count
-    strategy = declaration.strategy
+def _strategy(cls: type, count: int, strategy: Any, what: str = "__shards__") -> Any:
     if strategy is None:
-        return Gene(count) if count & (count - 1) == 0 else Mod(count)
+        return default_strategy(count)
     if not isinstance(strategy, ShardStrategy):
         raise ShardConfigError(
             f"{cls.__name__}: strategy {strategy!r} has no count and shard_of(value); use "
@@ -51,9 +55,32 @@ def _strategy(cls: type, declaration: Shards) -> Any:
     if strategy.count != count:
         raise ShardConfigError(
             f"{cls.__name__}: strategy {strategy!r} has {strategy.count} shards, but "
-            f"__shards__ declares {count} tables; make them equal"
+            f"{what} declares {count} tables; make them equal"
         )
     return strategy
+
+
+def _timeline(
+    cls: type, table: Table, declaration: Shards, first: tuple[ShardSpec, Any]
+) -> Timeline | None:
+    """The generations of a model that declares some, checked against its ID column."""
+    if not declaration.generations:
+        return None
+    default = snowflake_default_of(table)
+    pk = list(table.primary_key.columns)
+    if default is None or pk[0].key not in declaration.keys:
+        raise ShardConfigError(
+            f"{cls.__name__}: generations route a row by its ID's time, so the primary key "
+            f"must be a snowflake ID (snowflake_pk(...)) and a shard key; declare "
+            f"key=({pk[0].key if pk else 'id'!r}, ...) with id = snowflake_pk(...)"
+        )
+    return build_timeline(
+        cls.__name__,
+        first,
+        declaration.generations,
+        default.generator.layout,
+        lambda count, strategy, what: _strategy(cls, count, strategy, what),
+    )
 
 
 def _check_columns(cls: type, table: Table, keys: tuple[str, ...]) -> None:
@@ -85,12 +112,15 @@ def _check_keys(model: ShardedModel) -> None:
             f"{name}: several shard keys {model.keys} must name the same shard for every row; "
             "that holds for (id, parent) when the id is snowflake_pk(..., gene_from=parent)"
         )
-    if not colocates_genes(model.strategy, default.generator.layout):
-        raise ShardConfigError(
-            f"{name}: {model.strategy!r} does not send {others[0]} and the ID carrying its "
-            f"gene to the same shard (gene_bits={default.generator.layout.gene_bits}); use "
-            f"Gene(n) with n <= 2**gene_bits, or shard by one key"
-        )
+    for period in model.generations:
+        if not colocates_genes(period.strategy, default.generator.layout):
+            where = f" (generation {period.number})" if period.number else ""
+            raise ShardConfigError(
+                f"{name}: {period.strategy!r}{where} does not send {others[0]} and the ID "
+                f"carrying its gene to the same shard "
+                f"(gene_bits={default.generator.layout.gene_bits}); use "
+                f"Gene(n) with n <= 2**gene_bits, or shard by one key"
+            )
 
 
 def _copy_table(logical: Table, name: str) -> Table:
@@ -125,31 +155,26 @@ def map_shards(
         {key: tuple(indices) for key, indices in declaration.databases.items()},
     )
     _check_columns(cls, table, declaration.keys)
+    strategy = _strategy(cls, declaration.count, declaration.strategy)
+    timeline = _timeline(cls, table, declaration, (spec, strategy))
     model = ShardedModel(
-        cls, table, spec, _strategy(cls, declaration), declaration.keys, declaration.fan_out
+        cls, table, spec, strategy, declaration.keys, declaration.fan_out, timeline
     )
     _check_keys(model)
     table.metadata.remove(table)
-    width = max(2, len(str(spec.count - 1)))
     classes = []
-    for index in range(spec.count):
-        physical = _copy_table(table, spec.table_name(index))
-        physical.info["snowshard"] = ShardInfo(spec, index)
-        name = f"{cls.__name__}_{index:0{width}d}"
-        namespace = {
-            "__table__": physical,
-            "__mapper_args__": {"concrete": True, "polymorphic_identity": index},
-            "__module__": cls.__module__,
-            "__qualname__": name,
-            "__doc__": f"Rows of {cls.__name__} in table {physical.name} (shard {index}).",
-            "__new__": _physical_new,  # no routing: the class is the table
-            # the logical class's own constructor, so that the ORM instruments it once
-            # (inheriting the logical class's instrumented __init__ would wrap it twice)
-            "__init__": mapper.class_manager.original_init,
-            marker: index,
-            **per_class,
-        }
-        classes.append(type(name, (cls,), namespace))
+    for period in model.generations:
+        local_spec = period.spec
+        width = max(2, len(str(local_spec.count - 1)))
+        prefix = f"{cls.__name__}_g{period.number}" if period.number else cls.__name__
+        for local in range(local_spec.count):
+            index = period.offset + local
+            classes.append(
+                _physical_class(
+                    cls, table, mapper, marker, per_class,
+                    ShardInfo(local_spec, local), index, f"{prefix}_{local:0{width}d}",
+                )
+            )  # fmt: skip
     model.classes = tuple(classes)
     model.mappers = tuple(inspect(c) for c in classes)
     model.tables = tuple(m.local_table for m in model.mappers)  # type: ignore[misc]
@@ -158,6 +183,35 @@ def map_shards(
     for index, physical_mapper in enumerate(model.mappers):
         physical_mapper.class_manager.info[MODEL_INFO] = (model, index)
     return model
+
+
+def _physical_class(
+    cls: type,
+    table: Table,
+    mapper: Any,
+    marker: str,
+    per_class: Mapping[str, Any],
+    info: ShardInfo,
+    index: int,
+    name: str,
+) -> type:
+    """The class of one physical table; ``index`` is its global table index."""
+    physical = _copy_table(table, info.spec.table_name(info.shard))
+    physical.info["snowshard"] = info
+    namespace = {
+        "__table__": physical,
+        "__mapper_args__": {"concrete": True, "polymorphic_identity": index},
+        "__module__": cls.__module__,
+        "__qualname__": name,
+        "__doc__": f"Rows of {cls.__name__} in table {physical.name} (shard {index}).",
+        "__new__": _physical_new,  # no routing: the class is the table
+        # the logical class's own constructor, so that the ORM instruments it once
+        # (inheriting the logical class's instrumented __init__ would wrap it twice)
+        "__init__": mapper.class_manager.original_init,
+        marker: index,
+        **per_class,
+    }
+    return type(name, (cls,), namespace)
 
 
 def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:

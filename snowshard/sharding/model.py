@@ -20,10 +20,17 @@ from snowshard.sharding.errors import (
     ShardKeyTypeError,
     UnknownShard,
 )
+from snowshard.sharding.generations import AmbiguousShard, Period, Timeline
 from snowshard.spec import ShardSpec
 from snowshard.strategies import Gene, Mod
 
-__all__ = ["MODEL_INFO", "ShardedModel", "model_of_class", "model_of_table"]
+__all__ = [
+    "MODEL_INFO",
+    "ShardedModel",
+    "model_of_class",
+    "model_of_table",
+    "snowflake_default_of",
+]
 
 MODEL_INFO = "snowshard_model"
 """``info`` key of a logical table and of the class manager of every mapped class of a
@@ -40,12 +47,24 @@ def _is_integer(type_: TypeEngine[Any]) -> bool:
     return isinstance(type_, Integer)
 
 
+def snowflake_default_of(table: Table) -> SnowflakeDefault | None:
+    """The snowflake default of ``table``'s single-column primary key, or None."""
+    pk = list(table.primary_key.columns)
+    arg = getattr(pk[0].default, "arg", None) if len(pk) == 1 else None
+    return arg if isinstance(arg, SnowflakeDefault) else None
+
+
 class ShardedModel:
     """A logical model, its physical classes and tables, and how rows map to shards.
 
     Get it with :func:`snowshard.sharding.sharded_model`. ``classes[i]``, ``mappers[i]``
     and ``tables[i]`` belong to shard ``i``; ``table`` is the logical table, in no
     ``MetaData.tables`` (it is never created).
+
+    With generations (``timeline`` not None, see :mod:`snowshard.sharding.generations`)
+    the indices span every generation's tables; ``spec`` and ``strategy`` are then the
+    :class:`~snowshard.sharding.generations.Timeline`, and ``generations`` lists each
+    generation's own spec and strategy.
     """
 
     def __init__(
@@ -56,14 +75,21 @@ class ShardedModel:
         strategy: Any,
         keys: Sequence[str],
         fan_out: bool,
+        timeline: Timeline | None = None,
     ) -> None:
         self.cls = cls
         self.table = table
-        self.spec = spec
-        self.strategy = strategy
+        self.timeline = timeline
+        """The generations, when the model declares more than one (else None)."""
+        self.generations: tuple[Period, ...] = (
+            timeline.periods if timeline is not None else (Period(0, None, 0, 0, spec, strategy),)
+        )
+        """Each generation's tables, strategy and place in the index space (one if none)."""
+        self.spec: ShardSpec | Timeline = timeline if timeline is not None else spec
+        self.strategy: Any = timeline if timeline is not None else strategy
         self.keys = tuple(keys)
         self.fan_out = fan_out
-        self.count = spec.count
+        self.count = self.spec.count
         self.classes: tuple[type, ...] = ()
         self.mappers: tuple[Mapper[Any], ...] = ()
         self.tables: tuple[Table, ...] = ()
@@ -71,28 +97,35 @@ class ShardedModel:
         self._integer = frozenset(c.key for c in table.c if _is_integer(c.type))
         pk = list(table.primary_key.columns)
         self.id_key: Optional[str] = pk[0].key if len(pk) == 1 else None
-        arg = getattr(pk[0].default, "arg", None) if len(pk) == 1 else None
-        self.id_default: Optional[SnowflakeDefault] = (
-            arg if isinstance(arg, SnowflakeDefault) else None
-        )
+        self.id_default: Optional[SnowflakeDefault] = snowflake_default_of(table)
         self.issues_ids = (
             self.id_key in self.keys
             and self.id_default is not None
-            and self.id_default.gene_from not in self.keys
+            and (self.id_default.gene_from not in self.keys or timeline is not None)
         )
-        """Whether ``Model(...)`` may issue the ID itself (the ID is the only key given)."""
+        """Whether ``Model(...)`` may issue the ID itself: the ID is the only key, or the
+        model has generations (the ID's time picks the generation)."""
         self.gene_parent: Optional[tuple[str, str]] = None
         """(ID key, gene column) when the ID default takes a gene: both None is an error."""
         if self.id_key is not None and self.id_default is not None and self.id_default.gene_from:
             self.gene_parent = (self.id_key, self.id_default.gene_from)
         # Gene and Mod on a non-negative int: skip the generic path (hot in bulk inserts)
         self._fast: Optional[Callable[[int], int]] = None
-        if type(strategy) is Gene:
+        if timeline is not None:
+            pass  # the generation comes first
+        elif type(strategy) is Gene:
             self._fast = (spec.count - 1).__and__
         elif type(strategy) is Mod:
             self._fast = spec.count.__rmod__
-        self.binding = (strategy, spec.count, tuple(sorted(spec.databases.items())))
-        """Models with equal ``binding`` put matching rows in tables of the same index."""
+        self.binding: tuple[Any, ...] = (
+            (strategy, spec.count, tuple(sorted(spec.databases.items())))
+            if timeline is None
+            else ("generations", id(self))
+        )
+        """Models with equal ``binding`` put matching rows in tables of the same index.
+
+        A model with generations binds with no other: a parent key's rows span
+        generations, and its children's rows may be in another generation than it."""
         self.unions: dict[tuple[int, ...], Any] = {}
         """Cache of ``with_polymorphic`` entities over several tables (see mapping)."""
 
@@ -123,12 +156,52 @@ class ShardedModel:
         return value
 
     def shard_of(self, key: str, value: object) -> int:
-        """The shard of a row whose ``key`` column holds ``value`` (not None)."""
+        """The shard of a row whose ``key`` column holds ``value`` (not None).
+
+        With generations, a key other than the ID names one table per generation:
+        :class:`~snowshard.sharding.generations.AmbiguousShard` (use :meth:`shards_of`).
+        """
+        if self.timeline is not None:
+            shards = self.shards_of(key, value)
+            if len(shards) != 1:
+                raise AmbiguousShard(
+                    f"{self.name}.{key} = {value!r} names one table per generation "
+                    f"({', '.join(self.tables[s].name for s in shards)}), not one; rows of "
+                    f"{self.name} are placed by their ID's time: give "
+                    f"{self.id_key} to pick one table"
+                )
+            return shards[0]
         if type(value) is int and value >= 0 and self._fast is not None:
             return self._fast(value)
+        return self._local(self.strategy, self.count, key, value, self.normalize(key, value))
+
+    def shards_of(self, key: str, value: object) -> tuple[int, ...]:
+        """Every shard that can hold a row whose ``key`` column holds ``value`` (not None).
+
+        One shard, except for a key other than the ID of a model with generations: one per
+        generation, in generation order.
+        """
+        timeline = self.timeline
+        if timeline is None:
+            return (self.shard_of(key, value),)
         routed = self.normalize(key, value)
+        if key == self.id_key:
+            if not isinstance(routed, int) or routed < 0:
+                raise InvalidShardKey(
+                    f"{self.name}.{key} = {value!r} is not an ID (an int >= 0), so its time "
+                    "cannot pick a generation"
+                )
+            period = timeline.period_of_id(routed)
+            return (period.offset + self._local(period.strategy, period.count, key, value, routed),)
+        return tuple(
+            p.offset + self._local(p.strategy, p.count, key, value, routed)
+            for p in timeline.periods
+        )
+
+    def _local(self, strategy: Any, count: int, key: str, value: object, routed: object) -> int:
+        """``strategy.shard_of(routed)``, checked to be in ``0..count-1``."""
         try:
-            shard = self.strategy.shard_of(routed)
+            shard = strategy.shard_of(routed)
         except TypeError as exc:
             raise ShardKeyTypeError(
                 f"{self.name}.{key} = {value!r} cannot pick a shard: {exc}"
@@ -137,18 +210,21 @@ class ShardedModel:
             raise InvalidShardKey(
                 f"{self.name}.{key} = {value!r} cannot pick a shard: {exc}"
             ) from exc
-        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < self.count:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < count:
             raise UnknownShard(
-                f"{self.strategy!r}.shard_of({routed!r}) returned {shard!r} for "
-                f"{self.name}.{key}; a shard must be an int in 0..{self.count - 1}"
+                f"{strategy!r}.shard_of({routed!r}) returned {shard!r} for "
+                f"{self.name}.{key}; a shard must be an int in 0..{count - 1}"
             )
         return shard
 
     def shard_of_values(self, values: Mapping[str, Any], what: str = "row") -> Optional[int]:
         """The shard named by the keys present (not None) in ``values``, or None if none is.
 
-        Raises :class:`ShardKeyConflict` if two keys name different shards.
+        Raises :class:`ShardKeyConflict` if two keys name different shards. With
+        generations only the ID names one shard: without it, None.
         """
+        if self.timeline is not None:
+            return self._shard_by_id(values, what)
         found: Optional[tuple[str, int]] = None
         for key in self.keys:
             value = values.get(key)
@@ -163,6 +239,25 @@ class ShardedModel:
                 )
             found = (key, shard)
         return None if found is None else found[1]
+
+    def _shard_by_id(self, values: Mapping[str, Any], what: str) -> int | None:
+        assert self.id_key is not None  # generations need an ID key
+        id_value = values.get(self.id_key)
+        if id_value is None:
+            return None
+        shard = self.shard_of(self.id_key, id_value)
+        for key in self.keys:
+            value = values.get(key)
+            if key == self.id_key or value is None:
+                continue
+            if shard not in self.shards_of(key, value):
+                raise ShardKeyConflict(
+                    f"{what} of {self.name}: {self.id_key}={id_value!r} is in shard {shard} "
+                    f"({self.tables[shard].name}) but {key}={value!r} can only be in "
+                    f"{', '.join(self.tables[s].name for s in self.shards_of(key, value))}; "
+                    "the keys must agree (does the ID carry the parent's gene?)"
+                )
+        return shard
 
     def issue_id(self, values: Mapping[str, Any], what: str) -> Any:
         """A new ID from the model's snowflake default, with the gene its row asks for."""

@@ -6,6 +6,12 @@ intersects, ``OR`` unites; anything else (``!=``, ``IS NULL``, ``NOT``, a subque
 function of the key) could match any shard. A key predicate that is a conjunct of the
 WHERE clause is a :class:`KeyTerm`: per shard it can be narrowed to the values that live
 there, so an ``IN`` list is split per shard.
+
+With generations (:mod:`snowshard.sharding.generations`) a parent key's value names one
+shard per generation, and a range term on the ID (``id >= x``, ``id > x``, ``id < y``,
+``id <= y``, ``id BETWEEN x AND y``; what :func:`~snowshard.orm.timerange.id_between`
+builds) names every shard of the generations whose IDs it can match. On a model without
+generations a range names any shard.
 """
 
 from __future__ import annotations
@@ -137,6 +143,8 @@ class _Finder:
         return None
 
     def binary(self, expr: BinaryExpression[Any], conjunct: bool) -> Shards:
+        if expr.operator in _FLIPPED or expr.operator is operators.between_op:
+            return _id_range(expr, self.models, self.params)
         if expr.operator not in (operators.eq, operators.in_op):
             return None
         for column, other in ((expr.left, expr.right), (expr.right, expr.left)):
@@ -148,11 +156,89 @@ class _Finder:
             by_shard: dict[int, list[Any]] = {}
             for value in values:
                 if value is not None:
-                    by_shard.setdefault(model.shard_of(key, value), []).append(value)
+                    for shard in model.shards_of(key, value):
+                        by_shard.setdefault(shard, []).append(value)
             if conjunct:
                 self.terms.append(KeyTerm(expr, _column(column), model, by_shard))
             return frozenset(by_shard)
         return None
+
+
+_FLIPPED = {
+    operators.ge: operators.le,
+    operators.gt: operators.lt,
+    operators.le: operators.ge,
+    operators.lt: operators.gt,
+}
+"""Range operators, and what each becomes with its operands swapped (``5 < id``)."""
+
+
+def _id_column(element: Any, models: Sequence[ShardedModel]) -> ShardedModel | None:
+    """The model with generations whose ID column ``element`` is, else None."""
+    found = _key_column(element, models)
+    if found is None or found[0].timeline is None or found[1] != found[0].id_key:
+        return None
+    return found[0]
+
+
+def _id_value(model: ShardedModel, element: Any, params: Mapping[str, Any]) -> int | None:
+    values = _values(element, params)
+    if values is None or len(values) != 1:
+        return None
+    value = values[0]
+    if isinstance(value, str):
+        assert model.id_key is not None
+        value = model.normalize(model.id_key, value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None  # a float or an expression: no narrowing
+    return value
+
+
+def _bounded(model: ShardedModel, operator: Any, value: int) -> frozenset[int]:
+    timeline = model.timeline
+    assert timeline is not None
+    if operator is operators.ge:
+        return timeline.shards_from(value)
+    if operator is operators.gt:
+        return timeline.shards_from(value + 1)
+    if operator is operators.le:
+        return timeline.shards_to(value)
+    return timeline.shards_to(value - 1)
+
+
+def _id_range(
+    expr: BinaryExpression[Any], models: Sequence[ShardedModel], params: Mapping[str, Any]
+) -> Shards:
+    """The shards a range term on the ID of a model with generations can match."""
+    if expr.operator is operators.between_op:
+        model = _id_column(expr.left, models)
+        bounds = getattr(_plain(expr.right), "clauses", None)
+        if model is None or bounds is None or len(bounds) != 2:
+            return None
+        low = _id_value(model, bounds[0], params)
+        high = _id_value(model, bounds[1], params)
+        if low is None or high is None:
+            return None
+        if expr.modifiers.get("symmetric"):
+            low, high = min(low, high), max(low, high)
+        return _bounded(model, operators.ge, low) & _bounded(model, operators.le, high)
+    pairs = (
+        (expr.left, expr.right, expr.operator),
+        (expr.right, expr.left, _FLIPPED[expr.operator]),
+    )
+    for column, other, operator in pairs:
+        model = _id_column(column, models)
+        if model is None:
+            continue
+        value = _id_value(model, other, params)
+        return None if value is None else _bounded(model, operator, value)
+    return None
+
+
+def _plain(element: Any) -> Any:
+    while isinstance(element, Grouping):
+        element = element.element
+    return element
 
 
 def route(

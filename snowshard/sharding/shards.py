@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from snowshard.errors import ShardConfigError
+from snowshard.sharding.generations import Generation
 from snowshard.strategies import check_strategy
 
-__all__ = ["Shards"]
+__all__ = ["Generation", "Shards"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class Shards:
         database (``"default"``, served by the session's ``bind``).
     :param fan_out: if False, a statement without a shard key raises
         :class:`~snowshard.sharding.errors.FanOutForbidden` instead of reading every shard.
+    :param generations: later layouts, each a
+        :class:`~snowshard.sharding.generations.Generation` effective from its ``since``
+        time, in increasing order; the fields above are generation 0. Rows go to the
+        generation of their ID's time (see :mod:`snowshard.sharding.generations`).
     """
 
     count: int
@@ -37,6 +42,7 @@ class Shards:
     pattern: str = "{name}_{index:02d}"
     databases: Mapping[str, Iterable[int]] = field(default_factory=dict)
     fan_out: bool = True
+    generations: Sequence[Generation] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
@@ -58,6 +64,30 @@ class Shards:
             check_strategy(self.strategy)
         if not isinstance(self.fan_out, bool):
             raise ShardConfigError(f"Shards(fan_out=...) must be True or False, got {self.fan_out!r}")
+        self._check_generations()
+
+    def _check_generations(self) -> None:
+        given = self.generations
+        if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence):
+            raise ShardConfigError(
+                f"Shards(generations=...) must be a list of Generation(since, count, ...), "
+                f"got {type(given).__name__} {given!r}"
+            )
+        previous = None
+        for number, generation in enumerate(given, start=1):
+            if not isinstance(generation, Generation):
+                raise ShardConfigError(
+                    f"Shards(generations=...)[{number - 1}] must be a Generation(since, count, "
+                    f"...), got {type(generation).__name__} {generation!r}"
+                )
+            if previous is not None and generation.since_ms <= previous[1]:
+                raise ShardConfigError(
+                    f"Shards(generations=...): generation {number} since={generation.since!r} "
+                    f"is not after generation {previous[0]}'s since={given[number - 2].since!r}; "
+                    "list generations in strictly increasing time"
+                )
+            previous = (number, generation.since_ms)
+        object.__setattr__(self, "generations", tuple(given))
 
     @property
     def keys(self) -> tuple[str, ...]:
