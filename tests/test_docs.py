@@ -56,6 +56,7 @@ import pytest
 
 import snowshard
 from snowshard.errors import SnowshardError
+from tests.markdown_blocks import Fence, fences
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -71,10 +72,6 @@ READER_SHELL = {"bash", "sh"}
 NOT_CODE = {"text", "ini", "toml", "json", "yaml"}
 COMMANDS = {"snowshard"}
 
-NOT_RUN = re.compile(
-    r"<!-- not-run: (?P<reason>.+?)(?:; tested in (?P<test>tests/[\w/]+\.py))? -->"
-)
-NEEDS = re.compile(r"<!-- needs: (?P<backend>\w+)(?:; (?P<note>.+?))? -->")
 FILE = re.compile(r"<!-- file: (?P<name>[\w./-]+) -->")
 SQL_BACKENDS = {"postgres": ("postgresql", "POSTGRES_URL"), "mysql": ("mysql", "MYSQL_URL")}
 #: backend named in ``<!-- needs: ... -->`` -> the pytest marker of its tests
@@ -92,14 +89,10 @@ API_EXEMPT_PACKAGES = ("snowshard.cli.",)
 
 
 @dataclass(frozen=True)
-class Block:
-    """One fenced block of a docs page."""
+class Block(Fence):
+    """One fenced block of a docs page (tests/markdown_blocks.py parses it)."""
 
     page: str  # path under docs/, e.g. "concepts/ids.md"
-    lang: str
-    line: int  # 1-based line of the opening fence
-    body: str
-    marker: str  # the HTML comment on the line before the fence, or ""
 
     @property
     def id(self) -> str:
@@ -109,14 +102,6 @@ class Block:
     @property
     def where(self) -> str:
         return f"docs/{self.page} line {self.line}"
-
-    @property
-    def not_run(self) -> re.Match[str] | None:
-        return NOT_RUN.fullmatch(self.marker)
-
-    @property
-    def needs(self) -> re.Match[str] | None:
-        return NEEDS.fullmatch(self.marker)
 
     @property
     def file(self) -> re.Match[str] | None:
@@ -130,23 +115,7 @@ class Block:
 
 def parse_blocks(page: str, text: str) -> list[Block]:
     """The fenced blocks of one page's Markdown, in order."""
-    blocks: list[Block] = []
-    lines = text.splitlines()
-    opened, lang, marker = 0, "", ""
-    body: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if opened:
-            if line.rstrip() == "```":
-                blocks.append(Block(page, lang, opened, "\n".join(body) + "\n", marker))
-                opened, body = 0, []
-            else:
-                body.append(line)
-        elif line.startswith("```"):
-            opened, lang, body = number, line[3:].strip(), []
-            previous = lines[number - 2].strip() if number > 1 else ""
-            marker = previous if previous.startswith("<!--") else ""
-    assert not opened, f"docs/{page} line {opened}: the fence is never closed"
-    return blocks
+    return [Block(page=page, **vars(fence)) for fence in fences(text, f"docs/{page}")]
 
 
 def pages() -> list[str]:
@@ -362,7 +331,7 @@ def test_python_file_blocks_compile() -> None:
 
 def test_parser_reads_markers_files_and_console_output() -> None:
     """The parser reads languages, the three markers and console steps as documented above."""
-    sample = "\n".join(
+    sample = "\n".join(  # noqa: FLY002 - one item per Markdown line
         [
             "# Title",
             "<!-- file: shop.py -->",
@@ -535,7 +504,7 @@ def test_every_api_page_documents_a_module_that_exists() -> None:
 
 def nav_pages() -> list[str]:
     """The pages mkdocs.yml's nav lists (``- Title: page.md`` or ``- page.md``)."""
-    return re.findall(r"^\s*- (?:[^\n]*?: )?([\w./-]+\.md)\s*$", MKDOCS_YML.read_text(), re.M)
+    return re.findall(r"^\s*- (?:[^\n]*?: )?([\w./-]+\.md)\s*$", MKDOCS_YML.read_text(), re.MULTILINE)
 
 
 def test_nav_lists_every_page_once() -> None:

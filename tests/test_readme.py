@@ -42,6 +42,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.markdown_blocks import Fence, fences
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 TIMEOUT = 120
@@ -52,10 +54,6 @@ NOT_CODE = {"text", "toml", "ini", "json", "yaml"}
 COMMANDS = {"snowshard", "alembic"}
 QUICK_START = "Quick start"
 
-NOT_RUN = re.compile(
-    r"<!-- not-run: (?P<reason>.+?)(?:; tested in (?P<test>tests/[\w/]+\.py))? -->"
-)
-NEEDS = re.compile(r"<!-- needs: (?P<backend>\w+)(?:; (?P<note>.+?))? -->")
 #: backend named in ``<!-- needs: ... -->`` -> (fixture giving its URL, variable for the block)
 BACKENDS = {"redis": ("redis_url", "REDIS_URL")}
 
@@ -235,27 +233,13 @@ def test_base_install_keeps_its_promises(base_python: Path) -> None:
 
 
 @dataclass(frozen=True)
-class Block:
-    """One fenced block of the README."""
-
-    lang: str
-    line: int  # 1-based line of the opening fence
-    section: str  # the nearest heading above it, without the #s
-    body: str
-    marker: str  # the HTML comment on the line before the fence, or ""
+class Block(Fence):
+    """One fenced block of the README (tests/markdown_blocks.py parses it)."""
 
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.section.split("(")[0].lower()).strip("-")
         return f"{slug or 'top'}-L{self.line}"
-
-    @property
-    def not_run(self) -> re.Match[str] | None:
-        return NOT_RUN.fullmatch(self.marker)
-
-    @property
-    def needs(self) -> re.Match[str] | None:
-        return NEEDS.fullmatch(self.marker)
 
     @property
     def is_quick_start(self) -> bool:
@@ -269,25 +253,7 @@ class Block:
 
 def parse_blocks(text: str) -> list[Block]:
     """The fenced blocks of a Markdown text, in order."""
-    blocks: list[Block] = []
-    lines = text.splitlines()
-    section, opened, lang, marker = "", 0, "", ""
-    body: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if opened:
-            if line.rstrip() == "```":
-                blocks.append(Block(lang, opened, section, "\n".join(body) + "\n", marker))
-                opened, body = 0, []
-            else:
-                body.append(line)
-        elif line.startswith("```"):
-            opened, lang, body = number, line[3:].strip(), []
-            previous = lines[number - 2].strip() if number > 1 else ""
-            marker = previous if previous.startswith("<!--") else ""
-        elif line.startswith("#"):
-            section = line.lstrip("#").strip()
-    assert not opened, f"README.md line {opened}: the fence is never closed"
-    return blocks
+    return [Block(**vars(fence)) for fence in fences(text, "README.md")]
 
 
 BLOCKS = parse_blocks(README.read_text())
@@ -475,7 +441,7 @@ def test_markers_are_well_formed_and_name_existing_tests() -> None:
 
 def test_marker_syntax_is_understood() -> None:
     """The parser reads sections, languages, and both markers as the module docstring says."""
-    sample = "\n".join(
+    sample = "\n".join(  # noqa: FLY002 - one item per Markdown line
         [
             "# Title",
             "## Worker IDs (`snowshard.workers`)",

@@ -10,7 +10,9 @@ from sqlalchemy import Integer, cast, exists, func, select
 
 from snowshard.orm import id_time
 from snowshard.sharding import UnsupportedShardQuery
-from tests.test_sharding_differential import IDS, USERS, Setup, _rows_of, _sort, build_setup
+from tests.shop_setup import IDS, USERS, Setup, build_setup
+from tests.shop_setup import rows_of as _rows_of
+from tests.shop_setup import sort_rows as _sort
 
 LAYOUT = IDS.layout
 
@@ -163,3 +165,24 @@ def test_unsharded_filter_in_one_database_is_exact(one_db: Setup) -> None:
     note = one_db.schema.Note
     got, twin = _both(one_db, lambda m: select(m.id).where(m.user_id.in_(select(note.id))))
     assert got == twin and len(got) == 20
+
+
+def _noted(m: Any, note: Any, correlate: bool) -> Any:
+    inner = select(note.id).where(note.id == m.user_id)
+    if not correlate:
+        inner = inner.correlate(None)
+    return select(m.id).where(m.user_id.in_([USERS[0], USERS[1], USERS[5]]), exists(inner))
+
+
+def test_exists_correlated_with_the_outer_model_runs_per_shard(one_db: Setup) -> None:
+    """An EXISTS on an unsharded table correlated with the outer model is exact per shard."""
+    note = one_db.schema.Note
+    got, twin = _both(one_db, lambda m: _noted(m, note, correlate=True))
+    assert got == twin and len(got) == 5  # of users 3, 4 and 17, only 3 has a note
+
+
+def test_exists_that_reads_the_model_itself_is_refused(one_db: Setup) -> None:
+    """The same EXISTS with correlate(None) reads the sharded model inside: refused per shard."""
+    note = one_db.schema.Note
+    _refused(one_db, lambda m: _noted(m, note, correlate=False), "subquery")
+

@@ -187,7 +187,6 @@ def world_params(backends: tuple[str, ...] = ("sqlite", "postgresql", "mysql")) 
     ]
 
 
-_SERVERS = {"postgresql": "postgres_url", "mysql": "mysql_url"}
 
 
 def build_world(
@@ -195,11 +194,8 @@ def build_world(
 ) -> Iterator[World]:
     """Create the databases and tables of a world; drop them afterwards."""
 
-    def server(kind: str) -> str:
-        url: str = request.getfixturevalue(_SERVERS[kind])
-        return url
 
-    factory = DatabaseFactory(tmp_path, server)
+    factory = DatabaseFactory.for_request(request, tmp_path)
     try:
         m = models(level, strategy)
         yield World(backend, level, strategy, m, open_world(factory, m.base, backend))

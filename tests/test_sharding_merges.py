@@ -12,7 +12,7 @@ from sqlalchemy import Integer, String, cast, func, select
 from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.arith import MergedDivisionByZero
 from snowshard.sharding.merge import MergePlan
-from tests.test_sharding_differential import Setup, build_setup
+from tests.shop_setup import Setup, build_setup
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),

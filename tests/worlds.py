@@ -9,11 +9,19 @@ sharding tests need:
 * ``Item``: bound to ``Order``: the same count, keys, strategy and databases, so an order
   and its items have the same shard number and join table by table (``items_00`` ..).
 
+A *twin shop* (:func:`declare_twin_shop`) holds the same orders and items twice: sharded,
+and as plain one-table *twins*, next to an unsharded ``notes`` table (in the bind only)
+and a ``statuses`` table, a reference table (:class:`~snowshard.sharding.Reference`) on the
+sharded side and a plain twin on the other. :func:`fill_twin_shop` writes the same rows to
+both sides, so a statement built for each side (:class:`Models`) must give the same
+answer: the differential and support-table tests compare them.
+
 A *world* (:func:`open_world`, or the ``sharded_world`` fixture of ``tests/conftest.py``)
 is a declarative base on real, brand-new databases of one backend: one database per
 database key its sharded tables name, every table created, and every engine watched by a
 :class:`SqlLog`. Unsharded tables live with the session's ``bind``: the ``default``
-database, or the first one named when no sharded table is in ``default``.
+database, or the first one named when no sharded table is in ``default`` (unless
+``bind_apart=True`` gives them a database of their own).
 
 A :class:`SqlLog` (the ``sql_log`` fixture) records each statement an engine sends to
 its database, with the tables the statement names, read from the statement SQLAlchemy
@@ -28,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, String, event
+from sqlalchemy import BigInteger, Integer, String, event, insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql.visitors import iterate
@@ -36,6 +44,7 @@ from sqlalchemy.sql.visitors import iterate
 from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
+    Reference,
     Sharded,
     ShardedModel,
     ShardedSession,
@@ -53,13 +62,20 @@ if TYPE_CHECKING:
 __all__ = [
     "IDS",
     "LAYOUT",
+    "REFERENCE_STATUSES",
     "SHARD_INFO",
+    "STATUSES",
+    "TWIN_USERS",
+    "Models",
     "Sent",
     "Shop",
     "SqlLog",
+    "TwinShop",
     "World",
     "WorldFactory",
     "declare_shop",
+    "declare_twin_shop",
+    "fill_twin_shop",
     "open_world",
     "split_databases",
 ]
@@ -255,6 +271,148 @@ def declare_shop(
     return Shop(Base, User, Order, Item)
 
 
+# --------------------------------------------------------------------------- twin shop
+
+TWIN_USERS = (3, 4, 7, 8, 12, 17, 21, 30)
+"""The users of a twin shop's orders (order ``i`` belongs to ``TWIN_USERS[i % 8]``)."""
+
+STATUSES = ("new", "paid", "sent", None)
+"""The statuses of a twin shop's orders (order ``i`` has ``STATUSES[i % 4]``)."""
+
+REFERENCE_STATUSES = (
+    {"code": "new", "grp": "open", "rank": 2},
+    {"code": "paid", "grp": "done", "rank": None},
+    {"code": "lost", "grp": "open", "rank": 1},
+)
+"""The rows of ``statuses``: no row for ``sent`` (or NULL), and ``lost``, which no order has."""
+
+
+@dataclass(frozen=True)
+class Models:
+    """One side of a twin shop: what a statement is built from (the same names on each side)."""
+
+    Order: Any
+    """``orders``: id, user_id, amount (NULL in some rows), status (NULL in some rows)."""
+    Item: Any
+    """``items``: id, user_id, order_id, qty; one or two per order."""
+    Note: Any
+    """``notes``: id (a user id), label; unsharded, plain on both sides."""
+    Status: Any
+    """``statuses``: code (key), grp, rank (NULL in one row); a reference table when sharded."""
+
+
+@dataclass(frozen=True)
+class TwinShop:
+    """Sharded models and their unsharded twins on one declarative base (module docstring)."""
+
+    base: type[DeclarativeBase]
+    sharded: Models
+    twin: Models
+
+    @property
+    def metadata(self) -> sa.MetaData:
+        return self.base.metadata
+
+
+def declare_twin_shop(
+    count: int = 4,
+    *,
+    databases: int | Mapping[str, Sequence[int]] = 1,
+    ids: Snowflake = IDS,
+) -> TwinShop:
+    """A fresh base with sharded ``orders``/``items`` (alike, on ``(id, user_id)``), their
+    plain twins, ``notes``, and ``statuses`` as a reference table and as a plain twin.
+
+    ``databases`` is as for :func:`declare_shop`.
+    """
+    spread = split_databases(count, databases) if isinstance(databases, int) else databases
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Order(Sharded, Base):
+        __tablename__ = "orders"
+        __shards__ = Shards(count, key=("id", "user_id"), databases=spread)
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        amount: Mapped[int | None] = mapped_column(Integer)
+        status: Mapped[str | None] = mapped_column(String(8))
+
+    class Item(Sharded, Base):
+        __tablename__ = "items"
+        __shards__ = Shards(count, key=("id", "user_id"), databases=spread)
+        id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        order_id: Mapped[int] = mapped_column(BigInteger)
+        qty: Mapped[int] = mapped_column(Integer)
+
+    class Status(Reference, Base):
+        __tablename__ = "statuses"
+        code: Mapped[str] = mapped_column(String(8), primary_key=True)
+        grp: Mapped[str] = mapped_column(String(8))
+        rank: Mapped[int | None] = mapped_column(Integer)
+
+    class OrderTwin(Base):
+        __tablename__ = "orders_twin"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        amount: Mapped[int | None] = mapped_column(Integer)
+        status: Mapped[str | None] = mapped_column(String(8))
+
+    class ItemTwin(Base):
+        __tablename__ = "items_twin"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        order_id: Mapped[int] = mapped_column(BigInteger)
+        qty: Mapped[int] = mapped_column(Integer)
+
+    class StatusTwin(Base):
+        __tablename__ = "statuses_twin"
+        code: Mapped[str] = mapped_column(String(8), primary_key=True)
+        grp: Mapped[str] = mapped_column(String(8))
+        rank: Mapped[int | None] = mapped_column(Integer)
+
+    class Note(Base):
+        __tablename__ = "notes"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        label: Mapped[str] = mapped_column(String(8))
+
+    Base.registry.configure()
+    return TwinShop(
+        Base, Models(Order, Item, Note, Status), Models(OrderTwin, ItemTwin, Note, StatusTwin)
+    )
+
+
+def fill_twin_shop(session: ShardedSession, shop: TwinShop) -> None:
+    """The same rows on both sides, committed: 40 orders, 60 items, 4 notes, 3 statuses."""
+    s, t = shop.sharded, shop.twin
+    orders = [
+        s.Order(
+            user_id=TWIN_USERS[i % len(TWIN_USERS)],
+            amount=None if i % 9 == 4 else (i * 7) % 13,
+            status=STATUSES[i % len(STATUSES)],
+        )
+        for i in range(40)
+    ]
+    session.add_all(orders)
+    session.flush()
+    items = [
+        s.Item(user_id=o.user_id, order_id=o.id, qty=(n + k) % 5 + 1)
+        for n, o in enumerate(orders)
+        for k in range(1 + n % 2)
+    ]
+    session.add_all(items)
+    session.add_all(s.Status(**row) for row in REFERENCE_STATUSES)
+    session.flush()
+    columns = ("id", "user_id", "amount", "status")
+    session.execute(insert(t.Order), [{c: getattr(o, c) for c in columns} for o in orders])
+    columns = ("id", "user_id", "order_id", "qty")
+    session.execute(insert(t.Item), [{c: getattr(i, c) for c in columns} for i in items])
+    session.execute(insert(t.Status), list(REFERENCE_STATUSES))
+    session.execute(insert(s.Note), [{"id": u, "label": f"u{u}"} for u in TWIN_USERS[::2]])
+    session.commit()
+
+
 # --------------------------------------------------------------------------- world
 
 
@@ -314,15 +472,16 @@ class World:
         return found
 
 
-def _database_keys(metadata: sa.MetaData) -> list[str]:
+def _database_keys(metadata: sa.MetaData, bind_apart: bool = False) -> list[str]:
     """The databases a metadata's tables need, the one of unsharded tables first.
 
     Unsharded tables live with the ``bind``: the ``default`` database when some sharded
-    table is in it (or no table names a database), else the first database named.
+    table is in it (or no table names a database, or ``bind_apart``), else the first
+    database named.
     """
     grouped = tables_by_database(metadata)
     keys = [k for k in grouped if k is not None and k != DEFAULT_DATABASE]
-    if DEFAULT_DATABASE in grouped or not keys:
+    if DEFAULT_DATABASE in grouped or not keys or bind_apart:
         keys.insert(0, DEFAULT_DATABASE)
     return keys
 
@@ -333,15 +492,18 @@ def open_world(
     backend: str = "sqlite",
     *,
     log: SqlLog | None = None,
+    bind_apart: bool = False,
 ) -> World:
     """Create the databases and tables of ``models`` on ``backend``; ``factory`` drops them.
 
     ``models`` is a :class:`Shop` or a declarative base. The log is cleared once the
-    tables exist, so it starts with the test's own statements.
+    tables exist, so it starts with the test's own statements. ``bind_apart``: unsharded
+    tables get a ``default`` database of their own, even when every sharded table names
+    another one.
     """
     shop = models if isinstance(models, Shop) else None
     base = models.base if isinstance(models, Shop) else models
-    keys = _database_keys(base.metadata)
+    keys = _database_keys(base.metadata, bind_apart)
     urls = factory(backend, len(keys))
     world = World(backend, base, {}, log if log is not None else SqlLog(), shop)
     for key, url in zip(keys, urls):
