@@ -1,0 +1,200 @@
+"""Smoke tests of the fan-out benchmarks: each script runs end to end at tiny sizes.
+
+The benchmark scripts are run as their users run them (``python benchmarks/<script>.py``,
+in a child process) on the real servers, with tiny sizes, so they cannot rot unnoticed;
+their figures are not checked (performance is never asserted in tests). The latency proxy
+is checked for what the figures rely on: it delays each direction, and it passes every
+byte through, in order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+TIMEOUT = 120  # seconds, per script; they take a few at these sizes
+
+
+def _proxy_module() -> ModuleType:
+    """``benchmarks/latency_proxy.py``, imported from its path (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location("latency_proxy", BENCHMARKS / "latency_proxy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+latency_proxy = _proxy_module()
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    """A local TCP echo server's port."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _run(script: str, *args: str) -> str:
+    """Run ``benchmarks/<script>`` with ``args``; its stdout (fails with its stderr)."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _dropped(output: str) -> list[str]:
+    """The database names a benchmark reports it created (and dropped)."""
+    found = re.search(r"^throw-away databases \(dropped\): (.+)$", output, re.MULTILINE)
+    assert found, output
+    return [name.strip().split(":")[-1] for name in found.group(1).split(",")]
+
+
+def _existing(server_url: str, names: list[str]) -> list[str]:
+    """Which of ``names`` still exist as databases on ``server_url``."""
+    url = sa.make_url(server_url)
+    postgres = url.get_backend_name() == "postgresql"
+    sql = (
+        "SELECT datname FROM pg_database WHERE datname IN :names"
+        if postgres
+        else "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN :names"
+    )
+    query = sa.text(sql).bindparams(sa.bindparam("names", expanding=True))
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(query, {"names": names}).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_proxy_delays_each_direction(echo_port: int) -> None:
+    """Every round trip through the proxy takes at least twice its one-way delay."""
+    delay_ms = 30.0
+    trips = []
+    with (
+        latency_proxy.ProxyProcess("127.0.0.1", echo_port, delay_ms=delay_ms) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client,
+    ):
+        for index in range(3):
+            message = f"ping {index}".encode()
+            started = time.perf_counter()
+            client.sendall(message)
+            assert client.recv(100) == message
+            trips.append(time.perf_counter() - started)
+    assert min(trips) >= 2 * delay_ms / 1000, trips
+
+
+def test_proxy_passes_every_byte_in_order(echo_port: int) -> None:
+    """Megabytes sent in uneven chunks come back through the proxy unchanged."""
+    payload = os.urandom(3 * 1024 * 1024)
+    received = bytearray()
+    with (
+        latency_proxy.ProxyProcess("127.0.0.1", echo_port, delay_ms=1.0) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as client,
+    ):
+
+        def send() -> None:
+            offset, size = 0, 1
+            while offset < len(payload):
+                client.sendall(payload[offset : offset + size])
+                offset += size
+                size = size * 7 % 100_003 + 1  # 1 byte to ~100 kB, unevenly
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        while len(received) < len(payload) and (chunk := client.recv(1 << 20)):
+            received += chunk
+        sender.join()
+    assert bytes(received) == payload
+
+
+def test_proxy_refuses_a_negative_delay() -> None:
+    """A negative delay is refused up front, naming the value."""
+    with pytest.raises(ValueError, match=r"delay_ms must be >= 0, not -1"):
+        latency_proxy.ProxyProcess("127.0.0.1", 5432, delay_ms=-1)
+
+
+@pytest.mark.slow
+def test_bench_fanout_runs_and_drops_its_databases(postgres_url: str) -> None:
+    """bench_fanout prints each measure with and without the proxy; its databases are gone."""
+    output = _run(
+        "bench_fanout.py", "--postgres", postgres_url,
+        "--rows", "200", "--rounds", "1", "--calls", "2", "--databases", "2",
+    )  # fmt: skip
+    assert re.search(r"round trip .*: [\d.]+ ms direct, [\d.]+ ms through the proxy", output)
+    for measure in ("top-20 (proxy)", "count (proxy)", "top-20 (direct)", "count (direct)"):
+        line = re.search(rf"^{re.escape(measure)} .*$", output, re.MULTILINE)
+        assert line, output
+        assert len(re.findall(r"\d+\.\d\dx", line.group(0))) >= 3, line.group(0)
+    names = _dropped(output)
+    assert len(names) == 2
+    assert _existing(postgres_url, names) == []
+
+
+@pytest.mark.slow
+def test_bench_stream_memory_runs_and_drops_its_databases(postgres_url: str) -> None:
+    """bench_stream_memory reports plain and sharded growth; its databases are gone.
+
+    PostgreSQL only, ordered only: each variant is a child process of its own (~1.5 s).
+    """
+    output = _run(
+        "bench_stream_memory.py", "--postgres", postgres_url, "--no-mysql",
+        "--rows", "200", "--rounds", "1", "--queries", "ordered",
+    )  # fmt: skip
+    line = re.search(r"^\s*postgresql\s+ordered\s.*$", output, re.MULTILINE)
+    assert line, output
+    assert re.search(r"\s(met|MISSED)\s", line.group(0)), line.group(0)
+    assert "mariadb" not in output
+    names = _dropped(output)
+    assert len(names) == 2
+    assert _existing(postgres_url, names) == []
+
+
+@pytest.mark.slow
+def test_bench_bulk_reports_every_backend_with_ratios(postgres_url: str, mysql_url: str) -> None:
+    """bench_bulk prints a baseline and a bulk_insert rate with its ratio for each backend."""
+    output = _run(
+        "bench_bulk.py", "--postgres", postgres_url, "--mysql", mysql_url,
+        "--rows", "300", "--rounds", "1", "--no-orm",
+    )  # fmt: skip
+    for backend in ("postgresql", "mysql", "sqlite"):
+        lines = re.findall(rf"^{backend}\s.*$", output, re.MULTILINE)
+        assert any("1.00x" in line for line in lines), output
+        bulk = [line for line in lines if "bulk_insert" in line]
+        assert len(bulk) == 1 and re.search(r"\d\.\d\dx\s+>= 0\.\dx", bulk[0]), output
