@@ -37,9 +37,10 @@ database collation), results are fully fetched before merging (no streaming), an
 
 ``python -m snowshard.demo`` runs this end to end on SQLite; ``examples/`` has the
 multi-database, time-range and async variants. Modules: :mod:`~.declare` (the
-declaration), :mod:`~.mapping` (physical tables and classes), :mod:`~.routing` (keys in
+declaration), :mod:`~.generations` (layouts that change over time), :mod:`~.mapping` (physical tables and classes), :mod:`~.routing` (keys in
 WHERE), :mod:`~.rewrite`, :mod:`~.execute` and :mod:`~.merge` (running statements on
-shards), :mod:`~.reference` (tables copied into every database), :mod:`~.hints` (forcing
+shards), :mod:`~.reference` (tables copied into every database), :mod:`~.bulk_load` (bulk loads
+at ``COPY`` speed), :mod:`~.replicas` (reads from read replicas), :mod:`~.hints` (forcing
 statements to tables or databases), :mod:`~.explain`, :mod:`~.session`, :mod:`~.schema`,
 :mod:`~.keyset`, :mod:`~.errors`, and :mod:`~.aio` (asyncio; loaded on first use of its
 names, since it needs the ``async`` extra).
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from snowshard.sharding.bulk_load import BulkReport, BulkRowError, bulk_insert, progress_bar
 from snowshard.sharding.declare import Sharded, Shards, sharded_model
 from snowshard.sharding.errors import (
     FanOutExceeded,
@@ -67,10 +69,12 @@ from snowshard.sharding.errors import (
     UnsupportedShardQuery,
 )
 from snowshard.sharding.explain import Explanation, explain
+from snowshard.sharding.generations import AmbiguousShard, Generation
 from snowshard.sharding.hints import shard_hint
 from snowshard.sharding.keyset import Page, keyset, keyset_page
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.reference import Reference, reference_table
+from snowshard.sharding.replicas import Replicas, ReplicaUnavailable
 from snowshard.sharding.schema import create_all, drop_all, tables_by_database
 from snowshard.sharding.session import ShardedSession
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError, ShardInfo, ShardSpec
@@ -98,16 +102,22 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_DATABASE",
+    "AmbiguousShard",
     "AsyncShardedSession",
+    "BulkReport",
+    "BulkRowError",
     "Explanation",
     "FanOutExceeded",
     "FanOutForbidden",
+    "Generation",
     "InvalidPage",
     "InvalidShardHint",
     "InvalidShardKey",
     "MissingShardKey",
     "Page",
     "Reference",
+    "ReplicaUnavailable",
+    "Replicas",
     "ShardConfigError",
     "ShardHintConflict",
     "ShardInfo",
@@ -123,6 +133,7 @@ __all__ = [
     "UnknownDatabase",
     "UnknownShard",
     "UnsupportedShardQuery",
+    "bulk_insert",
     "create_all",
     "create_all_async",
     "drop_all",
@@ -131,6 +142,7 @@ __all__ = [
     "keyset",
     "keyset_page",
     "keyset_page_async",
+    "progress_bar",
     "reference_table",
     "shard_hint",
     "sharded_model",
