@@ -459,7 +459,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     direct = state.execution_options.get(DIRECT_MAPPER)
     if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
         return None  # ShardedSession.get's own SELECT of one physical class
-    if state.is_column_load:
+    if state.is_orm_statement and state.is_column_load:  # text(): fails on 2.0.x
         return None
     session: Any = state.session
     hint = hint_of(session, state.execution_options)

@@ -214,7 +214,11 @@ def prefer_from_options(state: ORMExecuteState) -> None:
                 f"(read the primary)"
             )
         state.bind_arguments[PREFER_KEY] = option
-    elif state.is_column_load and PREFER_KEY not in state.bind_arguments:
+    elif (
+        state.is_orm_statement  # is_column_load fails on text() before SQLAlchemy 2.0.x
+        and state.is_column_load
+        and PREFER_KEY not in state.bind_arguments
+    ):
         state.bind_arguments[PREFER_KEY] = _RELOAD
 
 

@@ -48,7 +48,8 @@ def statement_options(state: ORMExecuteState) -> Any:
     """The execution options a sub-statement gets, as ``invoke_statement`` gives them: the
     statement's own, over the session's (``Session.execute`` merges them this way)."""
     options: Any = state.local_execution_options
-    session_options = state.session.execution_options
+    # Session(execution_options=...) is new in SQLAlchemy 2.1; older sessions have none
+    session_options = getattr(state.session, "execution_options", None)
     if session_options:
         own = state.statement.get_execution_options()
         base = {k: v for k, v in session_options.items() if k not in own}
