@@ -31,7 +31,8 @@ joins through a relationship attribute of a sharded model or of models sharded
 differently, and plain unsharded tables joined across databases (declare them
 :class:`~.reference.Reference` tables). Moving a row to another shard by changing its key
 is refused too. Across databases, ORDER BY on strings merges by code point (not the
-database collation), results are fully fetched before merging (no streaming), and without
+database collation), databases are queried concurrently and their rows merged as they
+stream (:mod:`~.sources`, :mod:`~.stream`), and without
 ``twophase=True`` a commit is per database (a partial failure raises
 :class:`~.commit_errors.PartialCommitError`).
 
