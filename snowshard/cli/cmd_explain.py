@@ -15,15 +15,13 @@ Engines are created from the URLs only for their dialects: nothing connects to t
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from typing import Any
 
 import click
 from sqlalchemy import create_engine
 from sqlalchemy.sql.base import Executable
 
+from snowshard.cli.options import import_target
 from snowshard.cli.output import echo_json
 from snowshard.redaction import redact_url
 from snowshard.sharding.explain import explain
@@ -34,23 +32,9 @@ __all__ = ["explain_command", "load_statement"]
 
 def load_statement(target: str) -> Executable:
     """Call the no-argument function ``module:function`` and return its statement."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(
-            f"{target!r}: give module:function, e.g. app.queries:recent_orders",
-            param_hint="TARGET",
-        )
-    if os.getcwd() not in sys.path:  # `snowshard` run from the project, like `python -m`
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r} ({exc}); run from the project directory or "
-            "install it",
-            param_hint="TARGET",
-        ) from exc
-    function = getattr(module, attribute, None)
+    module_name, attribute, function = import_target(
+        target, example="module:function, e.g. app.queries:recent_orders", param_hint="TARGET"
+    )
     if not callable(function):
         raise click.BadParameter(
             f"{module_name} has no function {attribute!r}", param_hint="TARGET"

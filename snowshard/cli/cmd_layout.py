@@ -7,9 +7,6 @@ table indices, table names, strategy and databases.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +18,7 @@ from snowshard.cli.advice import layout_warnings, strategy_warnings, years
 from snowshard.cli.options import (
     TimeParam,
     current_config,
+    import_target,
     json_option,
     layout_options,
     routing_options,
@@ -76,22 +74,9 @@ def load_model(target: str) -> ShardedModel:
     """The sharded model of the class ``module:Class`` (imported from the working directory)."""
     from snowshard.sharding.declare import sharded_model  # SQLAlchemy: only when asked
 
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(
-            f"{target!r}: give module:Class, e.g. app.models:Order", param_hint="--model"
-        )
-    if os.getcwd() not in sys.path:  # `snowshard` run from the project, like `python -m`
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r} ({exc}); run from the project directory or "
-            "install it",
-            param_hint="--model",
-        ) from exc
-    cls = getattr(module, attribute, None)
+    module_name, attribute, cls = import_target(
+        target, example="module:Class, e.g. app.models:Order", param_hint="--model"
+    )
     if not isinstance(cls, type):
         raise click.BadParameter(f"{module_name} has no class {attribute!r}", param_hint="--model")
     try:

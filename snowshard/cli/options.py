@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import timedelta, timezone, tzinfo
@@ -32,6 +35,7 @@ __all__ = [
     "ZoneParam",
     "apply_to_key",
     "current_config",
+    "import_target",
     "json_option",
     "key_kind",
     "key_type_option",
@@ -371,3 +375,24 @@ def rule_of(strategy: ShardStrategy) -> str:
     if isinstance(strategy, Shift):
         return f"(x >> {strategy.bits}) % {n}"
     return repr(strategy)
+
+
+def import_target(target: str, *, example: str, param_hint: str) -> tuple[str, str, Any]:
+    """``(module, attribute, value)`` of ``module:attribute``, imported from the working
+    directory as ``python -m`` would; ``value`` is None when the module has no such name.
+    A malformed target or a module that does not import is a ``click.BadParameter`` whose
+    message shows ``example``."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{target!r}: give {example}", param_hint=param_hint)
+    if os.getcwd() not in sys.path:  # `snowshard` run from the project, like `python -m`
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r} ({exc}); run from the project directory or "
+            "install it",
+            param_hint=param_hint,
+        ) from exc
+    return module_name, attribute, getattr(module, attribute, None)
