@@ -205,8 +205,10 @@ def check_nested(statement: Any, whole: bool) -> None:
     """
     if whole:
         return
-    enclosing = _from_tables(statement)
+    enclosing: set[Any] | None = None  # the outer FROM tables, found only if a subquery needs them
     for select in _nested_selects(statement):
+        if enclosing is None:
+            enclosing = _from_tables(statement)
         models = _own_models(select, enclosing)
         if not models or _correlated_on_key(select):
             continue
