@@ -205,7 +205,8 @@ def check_nested(statement: Any, whole: bool) -> None:
     """
     if whole:
         return
-    enclosing: set[Any] | None = None  # the outer FROM tables, found only if a subquery needs them
+    # the outer FROM tables: found only when a subquery needs them
+    enclosing: set[Any] | None = None
     for select in _nested_selects(statement):
         if enclosing is None:
             enclosing = _from_tables(statement)
