@@ -22,13 +22,13 @@ does not (``disconnect`` tells them apart).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Table, event
 from sqlalchemy.engine import Connection, Engine, ExceptionContext
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.visitors import iterate
 
 from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
@@ -37,9 +37,11 @@ from snowshard.sharding.errors import ShardingError
 __all__ = [
     "DATABASE_OPTION",
     "REPLICA_OPTION",
+    "DatabaseKeys",
     "ShardOperationError",
-    "install",
+    "database_keys",
     "mark",
+    "mark_begun",
     "watch",
 ]
 
@@ -77,10 +79,20 @@ class ShardOperationError(ShardingError):
         self.replica = replica
 
 
+_watched: weakref.WeakSet[Engine] = weakref.WeakSet()
+"""Engines :func:`watch` has listened on (weak: a collected engine leaves the set)."""
+
+
 def watch(engine: Engine) -> None:
-    """Name the driver errors of ``engine``'s marked connections (idempotent)."""
-    if not event.contains(engine, "handle_error", _named):
-        event.listen(engine, "handle_error", _named)
+    """Name the driver errors of ``engine``'s marked connections (idempotent, cheap).
+
+    A weak set remembers the engines already watched; ``event.contains`` is not asked,
+    as SQLAlchemy's event registry is keyed by ``id()`` and may still hold the entry of a
+    collected engine at the same address.
+    """
+    if engine not in _watched:
+        event.listen(engine, "handle_error", _named)  # idempotent per engine
+        _watched.add(engine)
 
 
 def mark(connection: Connection, database: str, *, replica: bool = False) -> None:
@@ -94,28 +106,33 @@ def mark(connection: Connection, database: str, *, replica: bool = False) -> Non
     connection.execution_options(**options)
 
 
-def install(
-    session: Session,
+DatabaseKeys = dict[int, tuple[str, bool]]
+"""``id(engine)`` -> (database key, whether the engine is a replica's), of one session's
+live engines (held by the session, so the ids cannot be reused meanwhile)."""
+
+
+def database_keys(
     binds: Mapping[str, Engine | Connection],
     replicas: Mapping[str, Sequence[Engine]] | None = None,
-) -> None:
-    """Name driver errors of ``session``'s work: ``binds`` maps database key -> engine,
-    ``replicas`` database key -> its replica engines."""
+) -> DatabaseKeys:
+    """Watch every engine of a session and map each to its database key: ``binds`` maps
+    database key -> engine, ``replicas`` database key -> its replica engines."""
     engines = {key: bind.engine for key, bind in binds.items()}
-    keys = {id(engine): (key, False) for key, engine in engines.items()}
+    keys: DatabaseKeys = {id(engine): (key, False) for key, engine in engines.items()}
     for key, copies in (replicas or {}).items():
         for engine in copies:
             keys[id(engine)] = (key, True)
             watch(engine)
     for engine in engines.values():
         watch(engine)
+    return keys
 
-    def mark_begun(session: Session, transaction: Any, connection: Connection) -> None:
-        found = keys.get(id(connection.engine))
-        if found is not None:
-            mark(connection, found[0], replica=found[1])
 
-    event.listen(session, "after_begin", mark_begun)
+def mark_begun(keys: DatabaseKeys, connection: Connection) -> None:
+    """Mark a connection a sharded session just began with its database key (if known)."""
+    found = keys.get(id(connection.engine))
+    if found is not None:
+        mark(connection, found[0], replica=found[1])
 
 
 def _named(context: ExceptionContext) -> BaseException | None:

@@ -226,7 +226,7 @@ def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
         ).element
         # the UNION's SQL is fully determined by the model and the shards: let that be its
         # cache key, so statements over 16 tables are as cheap to look up as over one
-        key = f"{id(model)}:{model.table.name}:{','.join(map(str, shards))}"
+        key = f"{model.serial}:{model.table.name}:{','.join(map(str, shards))}"
         union = keyed_subquery(compound, name=model.table.name, key=key)
         entity = with_polymorphic(
             model.cls,

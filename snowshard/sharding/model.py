@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from itertools import count as _count
 from typing import Any, Optional
 
 from sqlalchemy import Column, Table, inspect
@@ -52,6 +53,9 @@ def snowflake_default_of(table: Table) -> SnowflakeDefault | None:
     pk = list(table.primary_key.columns)
     arg = getattr(pk[0].default, "arg", None) if len(pk) == 1 else None
     return arg if isinstance(arg, SnowflakeDefault) else None
+
+
+_serials = _count(1)
 
 
 class ShardedModel:
@@ -117,10 +121,13 @@ class ShardedModel:
             self._fast = (spec.count - 1).__and__
         elif type(strategy) is Mod:
             self._fast = spec.count.__rmod__
+        self.serial: int = next(_serials)
+        """Unique for the life of the process (unlike ``id()``, never reused): names the
+        model in cache keys."""
         self.binding: tuple[Any, ...] = (
             (strategy, spec.count, tuple(sorted(spec.databases.items())))
             if timeline is None
-            else ("generations", id(self))
+            else ("generations", self.serial)
         )
         """Models with equal ``binding`` put matching rows in tables of the same index.
 

@@ -255,8 +255,6 @@ class ReplicaRouter:
         self._executing = self._make_listener()
         """``before_execute`` listener of primary connections (one function, so a savepoint
         that begins the connection again adds no second one)."""
-        event.listen(session, "after_begin", self._began)
-        event.listen(session, "after_transaction_end", self._ended)
 
     # ----------------------------------------------------------------- queries
 
@@ -338,14 +336,13 @@ class ReplicaRouter:
 
     # ----------------------------------------------------------------- transactions
 
-    def _began(self, session: Session, transaction: Any, connection: Connection) -> None:
+    def began(self, transaction: Any, connection: Connection) -> None:
+        """The session began ``connection`` (its ``after_begin``)."""
         if self.replica_key(connection) is not None:
             self.connections.append(connection)
             return
-        if id(connection.engine) in self._primary_keys and not event.contains(
-            connection, "before_execute", self._executing
-        ):
-            event.listen(connection, "before_execute", self._executing)
+        if id(connection.engine) in self._primary_keys:
+            event.listen(connection, "before_execute", self._executing)  # once per connection
 
     def _make_listener(self) -> Callable[..., None]:
         def executing(connection: Connection, clause: Any, *args: Any) -> None:
@@ -359,7 +356,8 @@ class ReplicaRouter:
         self.written.add(database)
         self.ever_written.add(database)
 
-    def _ended(self, session: Session, transaction: Any) -> None:
+    def ended(self, transaction: Any) -> None:
+        """A transaction of the session ended (its ``after_transaction_end``)."""
         if transaction.parent is None:
             self.written.clear()
             self.chosen.clear()

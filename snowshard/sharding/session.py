@@ -143,7 +143,9 @@ class ShardedSession(Session):
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: dict[type, Connection] | None = None
-        driver_errors.install(self, primaries, config.engines if config is not None else {})
+        self._database_keys = driver_errors.database_keys(
+            primaries, config.engines if config is not None else {}
+        )
 
     def connection(
         self,
@@ -331,6 +333,25 @@ def _database_of_clause(clause: ClauseElement) -> str | None:
     return None
 
 
+def _after_begin(session: ShardedSession, transaction: Any, connection: Connection) -> None:
+    """Every connection a sharded session begins: replicas, commits, then error names.
+
+    One listener on the class (registered once, as SQLAlchemy recommends) rather than
+    three per session: registering listeners on each new session cost more than a
+    keyed read."""
+    if session.replica_router is not None:
+        session.replica_router.began(transaction, connection)
+    session.commits.began(transaction, connection)
+    driver_errors.mark_begun(session._database_keys, connection)
+
+
+def _after_transaction_end(session: ShardedSession, transaction: Any) -> None:
+    if session.replica_router is not None:
+        session.replica_router.ended(transaction)
+
+
+event.listen(ShardedSession, "after_begin", _after_begin)
+event.listen(ShardedSession, "after_transaction_end", _after_transaction_end)
 event.listen(ShardedSession, "do_orm_execute", prefer_from_options)  # before routing
 event.listen(ShardedSession, "do_orm_execute", route_execute)
 event.listen(ShardedSession, "before_flush", check_flush)

@@ -431,7 +431,6 @@ class CommitCoordinator:
         self.reads_replicas = False
         """Whether the current transaction holds replica connections (never branches)."""
         self._transaction: SessionTransaction | None = None
-        event.listen(session, "after_begin", self._began)
 
     # ----------------------------------------------------------------- tracking
 
@@ -445,7 +444,8 @@ class CommitCoordinator:
             return DEFAULT_DATABASE
         return str(engine.url.database or DEFAULT_DATABASE)
 
-    def _began(self, session: Any, transaction: Any, connection: Connection) -> None:
+    def began(self, transaction: Any, connection: Connection) -> None:
+        """The session began ``connection`` in ``transaction`` (its ``after_begin``)."""
         root = transaction
         while root.parent is not None:
             root = root.parent
