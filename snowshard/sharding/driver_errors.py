@@ -33,6 +33,7 @@ from sqlalchemy.sql.visitors import iterate
 
 from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
 from snowshard.sharding.errors import ShardingError
+from snowshard.sharding.shard_map import FENCE_MARK, StaleShardMap
 
 __all__ = [
     "DATABASE_OPTION",
@@ -149,6 +150,12 @@ def _named(context: ExceptionContext) -> BaseException | None:
     original = context.original_exception
     cause = f"{type(original).__module__}.{type(original).__name__}: {original}".strip()
     secrets = url_secrets(context.engine.url) if context.engine is not None else frozenset()
+    if FENCE_MARK in str(original):
+        return StaleShardMap(
+            f"{where} refused a write: its tables were moved to another layout by a reshard "
+            "(the shard map changed). Nothing of this transaction was committed: roll the "
+            "session back, pick the model again (ShardMap.pick) and retry"
+        )
     if context.is_disconnect:
         what = f"the connection to {where} was lost ({scrub(cause, secrets)})"
     else:

@@ -1,0 +1,27 @@
+"""Errors of online resharding: a bad plan, a job in the wrong phase, a failed check."""
+
+from __future__ import annotations
+
+from snowshard.errors import ConfigurationError, SnowshardError
+
+__all__ = ["ReshardError", "ReshardPhaseError", "ReshardPlanError", "VerifyFailed"]
+
+
+class ReshardError(SnowshardError):
+    """Base of the reshard errors."""
+
+
+class ReshardPlanError(ReshardError, ConfigurationError):
+    """The move cannot be planned: unknown database, unsupported key, same layout."""
+
+
+class ReshardPhaseError(ReshardError):
+    """The step asked for does not follow from the job's phase (e.g. cutover before copy)."""
+
+
+class VerifyFailed(ReshardError):
+    """Source and target still differ after catching up; ``ranges`` lists where."""
+
+    def __init__(self, message: str, ranges: tuple[tuple[int, int], ...]) -> None:
+        super().__init__(message)
+        self.ranges = ranges

@@ -1,0 +1,180 @@
+"""Online resharding: a split in one database and a move between two, under steady writers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import insert, select, update
+
+from snowshard.operations.reshard import ReshardPhaseError, ReshardPlan, ReshardPlanError
+from snowshard.sharding import Shards, sharded_model
+from snowshard.sharding.shard_map import ShardMap, StaleShardMap
+from tests.backends import DatabaseFactory
+from tests.reshard_world import ReshardWorld, Writers, build
+from tests.test_sharding_helpers import BACKEND_MARKS
+
+ONE_DB = [pytest.param(b, id=b, marks=BACKEND_MARKS[b]) for b in ("sqlite", "postgresql", "mysql")]
+TWO_DB = [pytest.param(b, id=b, marks=BACKEND_MARKS[b]) for b in ("postgresql", "mysql")]
+
+
+def _engines(database_factory: DatabaseFactory, backend: str, count: int) -> list[sa.Engine]:
+    kw: dict[str, Any] = {"connect_args": {"timeout": 30}} if backend == "sqlite" else {}
+    return [database_factory.engine(url, **kw) for url in database_factory(backend, count)]
+
+
+@pytest.fixture(params=ONE_DB)
+def one_db(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> Iterator[ReshardWorld]:
+    """Old layout (4 tables) with 300 rows in one database, and its twin."""
+    (engine,) = _engines(database_factory, request.param, 1)
+    yield build({"default": engine}, two_databases=False)
+
+
+@pytest.fixture(params=TWO_DB)
+def two_db(request: pytest.FixtureRequest, database_factory: DatabaseFactory) -> Iterator[ReshardWorld]:
+    """Old layout over databases a and b (two servers), with 300 rows, and its twin."""
+    a, b = _engines(database_factory, request.param, 2)
+    yield build({"a": a, "b": b}, two_databases=True)
+
+
+def _move(world: ReshardWorld) -> dict[str, int]:
+    job = world.job(chunk_rows=64)
+    with Writers(world) as writers:
+        job.start()
+        assert job.verify().ok
+        report = job.cutover()
+        assert report.map_version == 1
+        time.sleep(0.3)  # writers go on in the new layout
+    assert job.cleanup().startswith("cleaned up")
+    return writers.done
+
+
+def test_split_in_one_database_under_writers_equals_the_twin(one_db: ReshardWorld) -> None:
+    """4 -> 8 tables while writers insert, update, delete: the new layout equals the twin."""
+    done = _move(one_db)
+    assert done["insert"] and done["update"] and done["delete"]
+    assert one_db.rows_of(one_db.new) == one_db.twin_rows()
+    assert one_db.placed_right(one_db.new)
+
+
+def test_move_between_two_databases_under_writers_equals_the_twin(two_db: ReshardWorld) -> None:
+    """2x2 tables on a/b -> 2x4 tables on a/b (two servers) under writers: equals the twin."""
+    _move(two_db)
+    assert two_db.rows_of(two_db.new) == two_db.twin_rows()
+    assert two_db.placed_right(two_db.new)
+
+
+def test_cleanup_drops_the_old_tables(one_db: ReshardWorld) -> None:
+    """After cutover and cleanup, only the new layout's tables are left."""
+    job = one_db.job()
+    job.start()
+    job.cutover()
+    job.cleanup()
+    names = set(sa.inspect(one_db.bind).get_table_names())
+    assert not names & {f"rs_orders_{i:02d}" for i in range(4)}
+    assert {f"rs_orders_v2_{i:02d}" for i in range(8)} <= names
+
+
+def test_rollback_after_cutover_keeps_every_write(one_db: ReshardWorld) -> None:
+    """Writes made in the new layout after cutover are in the old layout after rollback."""
+    job = one_db.job(chunk_rows=64)
+    with Writers(one_db):
+        job.start()
+        job.cutover()
+        time.sleep(0.3)
+        job.rollback()
+        time.sleep(0.2)
+    assert ShardMap(one_db.bind).pick(one_db.old, one_db.new) is one_db.old
+    assert one_db.rows_of(one_db.old) == one_db.twin_rows()
+    job.cleanup()
+    assert "rs_orders_v2_00" not in sa.inspect(one_db.bind).get_table_names()
+
+
+def test_stale_instance_cannot_write_to_the_old_tables(one_db: ReshardWorld) -> None:
+    """After cutover, a write through the old model fails with StaleShardMap and stores nothing."""
+    job = one_db.job()
+    job.start()
+    job.cutover()
+    old: Any = one_db.old
+    with one_db.session() as session:
+        session.add(old(id=1, user_id=3, amount=1, note="late"))
+        with pytest.raises(StaleShardMap, match="reshard"):
+            session.commit()
+    with one_db.session() as session, pytest.raises(StaleShardMap):
+        session.execute(update(old).where(old.user_id == 3).values(amount=2))
+    assert 1 not in [row[0] for row in one_db.rows_of(one_db.new)]
+
+
+def test_pick_follows_the_map(one_db: ReshardWorld) -> None:
+    """pick() returns the old model before cutover and the new one after."""
+    shard_map = ShardMap(one_db.bind)
+    job = one_db.job()
+    assert shard_map.pick(one_db.old, one_db.new) is one_db.old
+    job.start()
+    assert shard_map.pick(one_db.old, one_db.new) is one_db.old
+    job.cutover()
+    assert shard_map.pick(one_db.old, one_db.new) is one_db.new
+
+
+def test_verify_finds_and_repairs_a_wrong_target_row(one_db: ReshardWorld) -> None:
+    """A target row changed behind the reshard's back is reported, then repaired."""
+    job = one_db.job(chunk_rows=50)
+    job.start()
+    new = sharded_model(one_db.new)
+    with one_db.bind.begin() as connection:
+        first = new.tables[0]
+        victim = connection.execute(select(first.c.id).limit(1)).scalar_one()
+        connection.execute(update(first).where(first.c.id == victim).values(amount=-1))
+    report = job.verify(repair=True)
+    assert len(report.mismatches) == 1 and report.repaired
+    assert report.mismatches[0].low <= victim < report.mismatches[0].high
+    assert job.verify().ok
+
+
+def test_verify_finds_a_misplaced_row(one_db: ReshardWorld) -> None:
+    """A row copied into a table its shard key does not route to is a mismatch."""
+    job = one_db.job()
+    job.start()
+    new = sharded_model(one_db.new)
+    with one_db.bind.begin() as connection:
+        row = connection.execute(select(*new.tables[0].columns).limit(1)).one()
+        connection.execute(new.tables[0].delete().where(new.tables[0].c.id == row.id))
+        connection.execute(insert(new.tables[1]).values(**row._mapping))
+    assert not job.verify().ok
+
+
+def test_status_counts_copied_rows(one_db: ReshardWorld) -> None:
+    """status() after start: copied, all 300 rows, nothing waiting."""
+    job = one_db.job()
+    assert job.status().phase == "not started"
+    status = job.start()
+    assert (status.phase, status.copied, status.source_rows, status.lag) == ("copied", 300, 300, 0)
+
+
+def test_start_again_copies_nothing_twice(one_db: ReshardWorld) -> None:
+    """A second start (as after a crash) finds the checkpoints and adds no row."""
+    job = one_db.job()
+    job.start()
+    job.start()
+    assert one_db.rows_of(one_db.new) == one_db.twin_rows()
+
+
+def test_cutover_before_start_is_refused(one_db: ReshardWorld) -> None:
+    """cutover on a job never started raises ReshardPhaseError naming the phase."""
+    with pytest.raises(ReshardPhaseError, match="not started"):
+        one_db.job().cutover()
+
+
+def test_plan_sharing_tables_is_refused(one_db: ReshardWorld) -> None:
+    """A target layout reusing the source's table names is refused with the fix."""
+    with pytest.raises(ReshardPlanError, match="pattern="):
+        ReshardPlan.for_model(sharded_model(one_db.old), Shards(8, key="user_id"))
+
+
+def test_bad_job_name_is_refused(one_db: ReshardWorld) -> None:
+    """A job name with spaces is refused, naming the allowed characters."""
+    with pytest.raises(ReshardPlanError, match="letters, digits"):
+        ReshardPlan.for_model(sharded_model(one_db.old), Shards(8, key="user_id", pattern="{name}_n{index}"), job="my job")
