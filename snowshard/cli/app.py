@@ -19,6 +19,7 @@ from snowshard.cli.cmd_gen import gen_command
 from snowshard.cli.cmd_explain import explain_command
 from snowshard.cli.cmd_inspect import inspect_command
 from snowshard.cli.cmd_layout import layout_command
+from snowshard.cli.cmd_reshard import reshard_group
 from snowshard.cli.cmd_route import route_command
 from snowshard.cli.cmd_skew import skew_command
 from snowshard.cli.cmd_txn import txn_group
@@ -88,6 +89,7 @@ for _command in (
     skew_command,
     txn_group,
     explain_command,
+    reshard_group,
 ):
     _debug(_command)
     cli.add_command(_command)
