@@ -198,3 +198,18 @@ def test_bench_bulk_reports_every_backend_with_ratios(postgres_url: str, mysql_u
         assert any("1.00x" in line for line in lines), output
         bulk = [line for line in lines if "bulk_insert" in line]
         assert len(bulk) == 1 and re.search(r"\d\.\d\dx\s+>= 0\.\dx", bulk[0]), output
+
+
+@pytest.mark.slow
+def test_bench_reshard_reports_copy_capture_and_cutover(postgres_url: str, mysql_url: str) -> None:
+    """bench_reshard prints each part's baseline and ratio, and the cutover's latency windows."""
+    output = _run(
+        "bench_reshard.py", "--postgres", postgres_url, "--mysql", mysql_url,
+        "--rows", "500", "--writes", "40", "--cutover-rows", "500",
+    )  # fmt: skip
+    for backend in ("postgresql", "mysql"):
+        assert re.search(rf"^{backend}\s+copy\s+INSERT\.\.\.SELECT .* 1\.00x$", output, re.MULTILINE), output
+        assert re.search(rf"^{backend}\s+copy\s+reshard start .* \d\.\d\dx\s+>= 0\.5x$", output, re.MULTILINE)
+        assert len(re.findall(rf"^{backend}\s+capture .* <= 1\.3x$", output, re.MULTILINE)) == 2
+    assert re.search(r"writes during cutover\s+p50\s+[\d.]+ ms\s+p99\s+[\d.]+ ms", output), output
+    assert re.search(r"pause \d+ ms", output), output
