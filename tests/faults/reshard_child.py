@@ -1,0 +1,51 @@
+"""A reshard step in a process of its own, killed with SIGKILL at a chosen point.
+
+``python -m tests.faults.reshard_child SPEC`` where SPEC is JSON: ``urls`` (database key
+-> URL), ``two_databases``, ``step`` (``start``, ``cutover``, ``rollback`` or
+``cleanup``), ``kill_at`` ([progress step, calls]: SIGKILL itself at that progress call)
+and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
+and runs the step; if the kill point is never reached it exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import sqlalchemy as sa
+
+from snowshard.operations.reshard import Reshard, ReshardPlan
+from snowshard.sharding import sharded_model
+from tests.reshard_world import declare
+
+__all__ = ["main"]
+
+
+def main(spec: dict[str, Any]) -> None:
+    old, new = declare({"a": range(2)} if spec["two_databases"] else None)
+    plan = ReshardPlan.between(
+        sharded_model(old), sharded_model(new), job="rs-orders", chunk_rows=spec["chunk_rows"]
+    )
+    kill_step, kill_calls = spec["kill_at"]
+    calls = 0
+
+    def progress(step: str, done: int, total: int | None) -> None:
+        nonlocal calls
+        if step == kill_step:
+            calls += 1
+            if calls >= kill_calls:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    kw: dict[str, Any] = {}
+    engines = {
+        key: sa.create_engine(url, **({"connect_args": {"timeout": 30}} if url.startswith("sqlite") else kw))
+        for key, url in spec["urls"].items()
+    }
+    getattr(Reshard(plan, engines, progress=progress), spec["step"])()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
