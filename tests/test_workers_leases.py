@@ -384,3 +384,47 @@ def test_forked_child_takes_its_own_lease(store: Store) -> None:
     assert TWO.parse(parent_id).worker == 0
     assert answer == b"1"
     assert lease.worker == 0 and TWO.parse(generator.next_id()).worker == 0
+
+
+def _fork_and_claim(generator: Snowflake, lease: Lease, limit: float) -> tuple[int, float]:
+    """Fork; the child issues an ID and exits 0. (child's exit status, seconds it took);
+    a child still running after ``limit`` seconds is killed (status -9)."""
+    began = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with the renewal thread
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            generator.next_id()
+            lease.close()
+            code = 0
+        finally:
+            os._exit(code)
+    while time.monotonic() - began < limit:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, time.monotonic() - began
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return -9, limit
+
+
+def test_fork_while_a_sqlite_lease_renews_leaves_the_child_a_working_store(
+    database_factory: DatabaseFactory,
+) -> None:
+    """Forks while renewals run every 10 ms: each child claims at once, never "database is
+    locked" (a fork amid a renewal's transaction used to lock the child out for good)."""
+    engine = database_factory.engine(database_factory("sqlite")[0])
+    create_table(engine)
+    for round_ in range(15):
+        lease = DatabaseLease(engine, TWO, ttl=0.3, clock_skew=0.01, renew_every=0.01)
+        try:
+            generator = Snowflake(TWO, worker=lease)
+            generator.next_id()
+            time.sleep(0.02 + 0.003 * round_)  # land the forks at varied points of a renewal
+            status, took = _fork_and_claim(generator, lease, limit=10.0)
+            assert status == 0, f"round {round_}: the child exited with {status} after {took:.1f} s"
+        finally:
+            lease.close()

@@ -574,7 +574,33 @@ class Lease:
         self._reset_store_after_fork()
 
 
+_quiet_for_fork: list[threading.Lock] = []
+"""The ``_io`` locks :func:`_before_fork` took, released again in the parent."""
+
+
+def _before_fork() -> None:
+    """Let no renewal be talking to its store while the process forks.
+
+    A child inherits the parent's memory as it is at the fork: had a renewal thread been
+    inside a SQLite transaction, the child's copy of SQLite's per-process lock state would
+    say the file is locked (by a thread the child does not have), and every claim of the
+    child would fail with "database is locked". So the forking thread waits (at most one
+    TTL per lease) for each live lease's store I/O to finish, and holds it off until the
+    fork is done.
+    """
+    for lease in list(_live):
+        io = lease._io
+        if io.acquire(timeout=max(lease.ttl, 0.1)):
+            _quiet_for_fork.append(io)
+
+
+def _after_fork_in_parent() -> None:
+    while _quiet_for_fork:
+        _quiet_for_fork.pop().release()
+
+
 def _after_fork_in_child() -> None:
+    _quiet_for_fork.clear()  # the child's leases get new locks below
     for lease in list(_live):
         lease._after_fork()
 
@@ -588,5 +614,7 @@ def _close_all_at_exit() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )
 atexit.register(_close_all_at_exit)
