@@ -152,3 +152,21 @@ def test_move_between_two_postgresql_databases(database_factory: DatabaseFactory
         result = CliRunner().invoke(reshard_group, [step, *models, *dbs])
         assert result.exit_code == 0, result.output
     assert world.rows_of(world.new) == world.twin_rows()
+
+
+def test_max_replica_lag_without_a_replica_is_a_clean_error(
+    world: ReshardWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """start --max-replica-lag with no --replica exits 1 naming what is missing; nothing starts."""
+    url = str(world.bind.url)
+    code = main(["reshard", "start", *MODELS, "--db", f"default={url}", "--max-replica-lag", "2"])
+    assert code == 1
+    assert "needs the replicas" in capsys.readouterr().err
+    assert not {f"rs_orders_v2_{i:02d}" for i in range(8)} & _tables(world)
+
+
+def test_bad_replica_value_is_a_usage_error(world: ReshardWorld) -> None:
+    """--replica without KEY= exits 2 naming the option, masking the password."""
+    result = _run(world, "start", "--replica", "postgresql://app:s3cret@standby/shop")
+    assert result.exit_code == 2 and "--replica" in result.output and "KEY=URL" in result.output
+    assert "s3cret" not in result.output

@@ -4,6 +4,7 @@
 
     snowshard reshard plan    app.models:Order app.models:OrderV2 --db a=postgresql://... --db b=...
     snowshard reshard start   app.models:Order app.models:OrderV2 --db ... [--rows-per-second N]
+                              [--replica a=postgresql://standby1/shop --max-replica-lag 5]
     snowshard reshard status  ...           # phase, rows copied, changes waiting
     snowshard reshard verify  ... [--repair]
     snowshard reshard cutover ... [--max-lag N]
@@ -71,17 +72,20 @@ def _model(target: str, hint: str) -> ShardedModel:
     return model
 
 
-def _databases(values: tuple[str, ...]) -> dict[str, str]:
-    found: dict[str, str] = {}
+def _pairs(values: tuple[str, ...], option: str) -> Iterator[tuple[str, str]]:
+    """``KEY=URL`` option values, split (a malformed one is named, its password hidden)."""
     for value in values:
         key, sep, url = value.partition("=")
         if not sep or not key or "://" in key or "://" not in url:
             raise click.BadParameter(
                 f"{redact_url(value)!r}: give KEY=URL, e.g. a=postgresql+psycopg://app@db1/shop",
-                param_hint="--db",
+                param_hint=option,
             )
-        found[key] = url
-    return found
+        yield key, url
+
+
+def _databases(values: tuple[str, ...]) -> dict[str, str]:
+    return dict(_pairs(values, "--db"))
 
 
 @dataclass
@@ -91,7 +95,11 @@ class _Job:
 
 
 @contextmanager
-def _open(ctx: click.Context, progress: Callable[[str, int, int | None], None] | None = None) -> Iterator[_Job]:
+def _open(
+    ctx: click.Context,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    replicas: dict[str, list[str]] | None = None,
+) -> Iterator[_Job]:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
@@ -104,10 +112,12 @@ def _open(ctx: click.Context, progress: Callable[[str, int, int | None], None] |
         old, new, job=options["job"], control=options["control"], chunk_rows=options["chunk_rows"]
     )
     engines = {key: create_engine(url, poolclass=NullPool) for key, url in options["db"].items()}
+    standbys = {key: [create_engine(url, poolclass=NullPool) for url in urls]
+                for key, urls in (replicas or {}).items()}
     try:
-        yield _Job(Reshard(plan, engines, progress=progress), engines)
+        yield _Job(Reshard(plan, engines, progress=progress, replicas=standbys), engines)
     finally:
-        for engine in engines.values():
+        for engine in [*engines.values(), *(e for copies in standbys.values() for e in copies)]:
             engine.dispose()
 
 
@@ -202,17 +212,32 @@ def _describe(job: _Job) -> None:
 @_shared
 @click.option("--rows-per-second", type=click.FloatRange(min=1), default=None,
               help="Throttle the copy to about this many rows per second.")
+@click.option("--replica", "replica", multiple=True, metavar="KEY=URL",
+              help="A PostgreSQL standby of database KEY to watch (repeat).")
+@click.option("--max-replica-lag", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Pause the copy while a --replica is further behind.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and its size; write nothing.")
-def start_command(rows_per_second: float | None, dry_run: bool) -> None:
+def start_command(
+    rows_per_second: float | None, replica: tuple[str, ...], max_replica_lag: float | None, dry_run: bool
+) -> None:
     """Create the targets, capture changes, copy and catch up (run again to resume)."""
     ctx = click.get_current_context()
+    replicas = _replicas(replica)
     if dry_run:
         with _open(ctx) as job:
             _describe(job)
         return
-    with _bar() as bar, _open(ctx, bar) as job:
-        status = job.reshard.start(rows_per_second=rows_per_second)
+    with _bar() as bar, _open(ctx, bar, replicas) as job:
+        status = job.reshard.start(rows_per_second=rows_per_second, max_replica_lag=max_replica_lag)
     _say(str(status))
+
+
+def _replicas(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """``--replica KEY=URL`` options, by database key."""
+    found: dict[str, list[str]] = {}
+    for key, url in _pairs(values, "--replica"):
+        found.setdefault(key, []).append(url)
+    return found
 
 
 @reshard_group.command("status")

@@ -12,7 +12,6 @@ applied afterwards (:mod:`.catchup`); the copy itself never needs to see them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy import Connection, Engine, Table, func, insert, select, update
 
 from snowshard.operations.reshard.plan import ReshardPlan
 from snowshard.operations.reshard.state import COPIED
+from snowshard.operations.reshard.throttle import Throttle
 from snowshard.sharding.bulk_writers import write_rows
 from snowshard.strategies import Gene, Mod
 
@@ -112,32 +112,35 @@ def copy_source_table(
     source: Table,
     targets: Mapping[int, Table],
     *,
-    rows_per_second: float | None = None,
+    throttle: Throttle | None = None,
     on_rows: OnRows | None = None,
 ) -> int:
-    """Copy ``source`` (in ``source_database``) into ``targets``; returns rows written."""
+    """Copy ``source`` (in ``source_database``) into ``targets``; returns rows written.
+
+    ``throttle`` is asked before each chunk (replica lag) and told the rows after it."""
+    pace = throttle if throttle is not None else Throttle()
     marks = checkpoints(plan, engines, source.name)
     known = [mark for mark in marks.values() if mark is not None]
     start: int | None = min(known) if len(known) == len(marks) else None
     pk = source.c[plan.pk]
     pk_at = list(source.columns.keys()).index(plan.pk)
     written = 0
-    began = time.monotonic()
     in_place = _in_place(plan, source_database, marks)
 
     def copied(database: str, last: int, count: int) -> None:
         nonlocal written
         marks[database] = last
         written += count
+        pace.after_rows(count)
         if on_rows is not None and count:
             on_rows(count)
 
     while True:
+        pace.before_chunk()
         step = _copy_in_place(plan, engines[source_database], source, targets, start) if in_place else None
         if step is not None:
             copied(source_database, *step)
             start = step[0]
-            _throttle(written, rows_per_second, began)
             continue
         query = select(*source.columns).order_by(pk).limit(plan.chunk_rows)
         if start is not None:
@@ -155,14 +158,6 @@ def copy_source_table(
                 _save(connection, plan, source.name, last, count)
             copied(database, last, count)
         start = last
-        _throttle(written, rows_per_second, began)
-
-
-def _throttle(written: int, rows_per_second: float | None, began: float) -> None:
-    if rows_per_second:
-        ahead = written / rows_per_second - (time.monotonic() - began)
-        if ahead > 0:
-            time.sleep(ahead)
 
 
 def _in_place(plan: ReshardPlan, source_database: str, marks: Mapping[str, int | None]) -> bool:

@@ -24,7 +24,7 @@ Phases (kept in ``snowshard_reshard_jobs`` of the control database)::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, Table, func, insert, select, update
@@ -35,6 +35,7 @@ from snowshard.operations.reshard.copy import copy_source_table
 from snowshard.operations.reshard.errors import ReshardPhaseError, ReshardPlanError, VerifyFailed
 from snowshard.operations.reshard.plan import Placement, ReshardPlan
 from snowshard.operations.reshard.state import COPIED, JOBS, LOG, METADATA, SHARD_MAP
+from snowshard.operations.reshard.throttle import Throttle
 from snowshard.operations.reshard.verify import VerifyReport, compare_keys, verify
 from snowshard.redaction import redact_sqlalchemy_url
 from snowshard.sharding.shard_map import now_ms
@@ -79,19 +80,33 @@ class CutoverReport:
 
 
 class Reshard:
-    """Runs ``plan`` on ``engines`` (database key -> engine, every database of the plan)."""
+    """Runs ``plan`` on ``engines`` (database key -> engine, every database of the plan).
+
+    ``replicas`` (database key -> its replicas' engines) are the standbys ``start`` watches
+    when given ``max_replica_lag``."""
 
     def __init__(
-        self, plan: ReshardPlan, engines: Mapping[str, Engine], *, progress: Progress | None = None
+        self,
+        plan: ReshardPlan,
+        engines: Mapping[str, Engine],
+        *,
+        progress: Progress | None = None,
+        replicas: Mapping[str, Sequence[Engine]] | None = None,
     ) -> None:
         missing = [key for key in plan.databases if key not in engines]
         if missing:
             raise ReshardPlanError(
                 f"the plan uses databases {plan.databases}; no engine given for {missing}"
             )
+        unknown = sorted(set(replicas or {}) - set(plan.databases))
+        if unknown:
+            raise ReshardPlanError(
+                f"replicas given for databases {unknown} the plan does not use {plan.databases}"
+            )
         self.plan = plan
         self.engines = dict(engines)
         self.progress = progress
+        self.replicas = {key: list(copies) for key, copies in (replicas or {}).items()}
 
     def __repr__(self) -> str:
         urls = {k: redact_sqlalchemy_url(e.url) for k, e in sorted(self.engines.items())}
@@ -172,8 +187,18 @@ class Reshard:
 
     # ------------------------------------------------------------------ start
 
-    def start(self, *, rows_per_second: float | None = None) -> ReshardStatus:
-        """Create targets, capture changes, copy, and catch up (resumable)."""
+    def start(
+        self, *, rows_per_second: float | None = None, max_replica_lag: float | None = None
+    ) -> ReshardStatus:
+        """Create targets, capture changes, copy, and catch up (resumable).
+
+        The copy goes at most ``rows_per_second``, and waits before each chunk while a
+        replica of :attr:`replicas` is more than ``max_replica_lag`` seconds behind (its
+        lag is reported to ``progress`` as the step ``"replica lag (ms)"``)."""
+        throttle = Throttle.of(
+            rows_per_second, self.replicas, max_replica_lag,
+            on_wait=lambda _url, behind: self._tell("replica lag (ms)", round(behind * 1000), None),
+        )
         phase = self._require(None, "copying", "copied")
         for engine in self.engines.values():
             METADATA.create_all(engine, checkfirst=True)
@@ -197,7 +222,7 @@ class Reshard:
 
             copy_source_table(
                 self.plan, self.engines, database, table, targets,
-                rows_per_second=rows_per_second, on_rows=advance,
+                throttle=throttle, on_rows=advance,
             )
         self.catch_up(until=self.plan.chunk_rows)  # writers keep writing: do not chase zero
         if self.phase() == "copying":

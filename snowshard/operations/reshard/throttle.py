@@ -1,0 +1,109 @@
+"""How fast the copy may go: a rows/s limit, and a replica-lag limit.
+
+A copy writes as fast as the target databases accept; their replicas replay it later. A
+replica that falls behind serves stale reads (and, promoted, would lose writes), so the
+copy waits before each chunk while any watched replica is more than ``max_replica_lag``
+seconds behind its primary.
+
+Replica lag is read on the replica itself. PostgreSQL (a hot standby): 0 when it has
+replayed all the WAL it received, else the age of the last transaction it replayed.
+Other databases are refused up front: their lag is not measured here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, text
+
+from snowshard.operations.reshard.errors import ReshardPlanError
+from snowshard.redaction import redact_sqlalchemy_url
+
+__all__ = ["OnWait", "Throttle", "replica_lag"]
+
+OnWait = Callable[[str, float], None]
+"""Called while the copy waits: (replica URL without password, its lag in seconds)."""
+
+_PG_LAG = text(
+    "SELECT pg_is_in_recovery(), CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()"
+    " THEN 0 ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END"
+)
+
+
+def replica_lag(engine: Engine) -> float:
+    """Seconds ``engine`` (a PostgreSQL hot standby) is behind its primary."""
+    if engine.dialect.name != "postgresql":
+        raise ReshardPlanError(
+            f"replica lag is measured on PostgreSQL hot standbys only, not on {engine.dialect.name} "
+            f"({redact_sqlalchemy_url(engine.url)}): throttle that copy with rows_per_second instead"
+        )
+    with engine.connect() as connection:
+        in_recovery, lag = connection.execute(_PG_LAG).one()
+    if not in_recovery:
+        raise ReshardPlanError(
+            f"{redact_sqlalchemy_url(engine.url)} is not a replica (pg_is_in_recovery() is false): "
+            "pass the standbys of the target databases as replicas"
+        )
+    return float(lag)
+
+
+@dataclass
+class Throttle:
+    """Paces a copy: at most ``rows_per_second``, and no chunk while a replica lags more
+    than ``max_replica_lag`` seconds (checked every ``poll`` seconds while waiting)."""
+
+    rows_per_second: float | None = None
+    replicas: Sequence[Engine] = ()
+    max_replica_lag: float | None = None
+    poll: float = 0.2
+    on_wait: OnWait | None = None
+    _began: float = field(default_factory=time.monotonic, repr=False)
+    _written: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("rows_per_second", "max_replica_lag"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ReshardPlanError(f"{name} must be a number > 0 or None, got {value!r}")
+        if self.max_replica_lag is not None and not self.replicas:
+            raise ReshardPlanError(
+                f"max_replica_lag={self.max_replica_lag!r} needs the replicas to watch: "
+                "Reshard(..., replicas={database: [engine, ...]})"
+            )
+        for engine in self.replicas:
+            replica_lag(engine)  # refuses what cannot be measured, before any row moves
+
+    @classmethod
+    def of(
+        cls,
+        rows_per_second: float | None,
+        replicas: Mapping[str, Sequence[Engine]],
+        max_replica_lag: float | None,
+        on_wait: OnWait | None = None,
+    ) -> Throttle:
+        """The throttle of a job: every replica of every database, when a lag is set."""
+        watched = [e for engines in replicas.values() for e in engines] if max_replica_lag is not None else []
+        return cls(rows_per_second, watched, max_replica_lag, on_wait=on_wait)
+
+    def before_chunk(self) -> None:
+        """Wait until every watched replica is within the lag limit."""
+        if self.max_replica_lag is None:
+            return
+        while True:
+            behind = [(e, lag) for e in self.replicas if (lag := replica_lag(e)) > self.max_replica_lag]
+            if not behind:
+                return
+            if self.on_wait is not None:
+                engine, lag = max(behind, key=lambda found: found[1])
+                self.on_wait(redact_sqlalchemy_url(engine.url), lag)
+            time.sleep(self.poll)
+
+    def after_rows(self, count: int) -> None:
+        """``count`` rows were written: sleep as long as the rows/s limit asks."""
+        self._written += count
+        if self.rows_per_second:
+            ahead = self._written / self.rows_per_second - (time.monotonic() - self._began)
+            if ahead > 0:
+                time.sleep(ahead)
