@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from snowshard.operations.reshard import Reshard, ReshardPlanError, Throttle
+from snowshard.operations.reshard import Reshard, ReshardError, ReshardPlanError, Throttle
 from tests.backends import DatabaseFactory
 from tests.reshard_world import ReshardWorld, build
 
@@ -135,3 +135,14 @@ def test_replicas_of_a_database_the_plan_does_not_use_are_refused(sqlite_world: 
     """replicas={"x": ...} for a plan on "default" names the unknown key."""
     with pytest.raises(ReshardPlanError, match=r"replicas given for databases \['x'\]"):
         Reshard(sqlite_world.plan(), sqlite_world.engines, replicas={"x": [sqlite_world.bind]})
+
+
+def test_an_unreachable_replica_is_named_without_its_password() -> None:
+    """A standby that does not answer raises ReshardError naming it, password hidden."""
+    engine = sa.create_engine("postgresql+psycopg://app:s3cret@127.0.0.1:1/shop")
+    try:
+        with pytest.raises(ReshardError, match=r"cannot read the lag of replica .*127\.0\.0\.1:1") as caught:
+            Throttle(replicas=[engine], max_replica_lag=1)
+        assert "s3cret" not in str(caught.value)
+    finally:
+        engine.dispose()

@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
-from snowshard.operations.reshard.errors import ReshardPlanError
-from snowshard.redaction import redact_sqlalchemy_url
+from snowshard.operations.reshard.errors import ReshardError, ReshardPlanError
+from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
 
 __all__ = ["OnWait", "Throttle", "replica_lag"]
 
@@ -39,8 +40,16 @@ def replica_lag(engine: Engine) -> float:
             f"replica lag is measured on PostgreSQL hot standbys only, not on {engine.dialect.name} "
             f"({redact_sqlalchemy_url(engine.url)}): throttle that copy with rows_per_second instead"
         )
-    with engine.connect() as connection:
-        in_recovery, lag = connection.execute(_PG_LAG).one()
+    try:
+        with engine.connect() as connection:
+            in_recovery, lag = connection.execute(_PG_LAG).one()
+    except DBAPIError as error:
+        cause = scrub(f"{type(error.orig).__name__}: {error.orig}", url_secrets(engine.url))
+        raise ReshardError(
+            f"cannot read the lag of replica {redact_sqlalchemy_url(engine.url)} ({cause}); "
+            "the copy stopped at its last checkpoint: run start again once the replica "
+            "answers, or without max_replica_lag"
+        ) from None
     if not in_recovery:
         raise ReshardPlanError(
             f"{redact_sqlalchemy_url(engine.url)} is not a replica (pg_is_in_recovery() is false): "
