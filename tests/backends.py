@@ -487,6 +487,26 @@ def redis_url() -> Iterator[str]:
     yield from _server_url("redis")
 
 
+REPLICA_WAIT = 30.0  # seconds a real replica may take to show what the primary committed
+
+
+def wait_for_replica(check: Callable[[], Any], what: str) -> Any:
+    """Poll ``check`` (a read on a streaming replica) until it returns something truthy,
+    at most :data:`REPLICA_WAIT` seconds; driver errors count as not yet (the replica may
+    not have the database yet)."""
+    deadline = time.monotonic() + REPLICA_WAIT
+    while True:
+        try:
+            found = check()
+        except sa.exc.DBAPIError:
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the replica did not show {what} within {REPLICA_WAIT:g} s")
+        time.sleep(0.05)
+
+
 # --------------------------------------------------------------------------- databases
 
 

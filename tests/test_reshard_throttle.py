@@ -12,10 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from snowshard.operations.reshard import Reshard, ReshardError, ReshardPlanError, Throttle
-from tests.backends import DatabaseFactory
+from tests.backends import DatabaseFactory, wait_for_replica
 from tests.reshard_world import ReshardWorld, build
-
-REPLICA_WAIT = 30.0  # seconds the replica may take to show a database the primary created
 
 
 @pytest.fixture
@@ -33,16 +31,12 @@ def streaming(database_factory: DatabaseFactory, postgres_url: str, postgres_rep
     world = build({"default": database_factory.engine(url)}, two_databases=False)
     copy = make_url(postgres_replica_url).set(database=make_url(url).database)
     replica = database_factory.engine(copy.render_as_string(hide_password=False), pool_pre_ping=True)
-    deadline = time.monotonic() + REPLICA_WAIT
-    while True:
-        try:
-            with replica.connect() as connection:
-                if connection.execute(sa.text("SELECT count(*) FROM rs_orders_00")).scalar_one():
-                    break
-        except sa.exc.DBAPIError:
-            pass
-        assert time.monotonic() < deadline, "the replica did not show the test database in time"
-        time.sleep(0.05)
+
+    def has_rows() -> bool:
+        with replica.connect() as connection:
+            return bool(connection.execute(sa.text("SELECT count(*) FROM rs_orders_00")).scalar_one())
+
+    wait_for_replica(has_rows, "the test database's rows")
     yield world, replica
 
 
@@ -71,6 +65,20 @@ def test_copy_waits_while_the_replica_lags_and_resumes_when_it_catches_up(
 
     _replay(replica, "pause")
     try:
+        # lagging before the copy starts: a commit the paused standby receives but does not
+        # replay, then more than the limit of time (else a fast copy could finish first)
+        with world.bind.begin() as connection:
+            connection.execute(sa.text("CREATE TABLE rs_lag_probe (x integer)"))
+        behind = sa.text(
+            "SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn() AND "
+            "now() - pg_last_xact_replay_timestamp() > interval '0.6 seconds'"
+        )
+
+        def lagging() -> bool:
+            with replica.connect() as connection:
+                return bool(connection.execute(behind).scalar())
+
+        wait_for_replica(lagging, "a lag of more than 0.6 s behind the primary")
         runner = threading.Thread(target=run, daemon=True)
         runner.start()
         time.sleep(2.0)

@@ -36,7 +36,7 @@ from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.sharding.replicas import Replicas, ReplicaUnavailable
 from snowshard.sharding.twophase import TwoPhase
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
-from tests.backends import DatabaseFactory, async_url
+from tests.backends import DatabaseFactory, async_url, wait_for_replica
 from tests.worlds import SqlLog, declare_shop
 
 SHOP = declare_shop(4, databases=2)  # orders_00/01 in "a" (with users), orders_02/03 in "b"
@@ -45,7 +45,6 @@ SERVERS = [
     pytest.param("postgresql", marks=pytest.mark.postgres, id="postgresql"),
     pytest.param("mysql", marks=pytest.mark.mysql, id="mysql"),
 ]
-REPLICA_WAIT = 30.0  # seconds a real replica may take to show what the primary committed
 
 
 def _user_in(database: str) -> int:
@@ -525,20 +524,6 @@ class Streaming:
     replica: Engine
 
 
-def _wait_for(check: Any, what: str) -> Any:
-    deadline = time.monotonic() + REPLICA_WAIT
-    while True:
-        try:
-            found = check()
-        except sa.exc.DBAPIError:
-            found = None
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the replica did not show {what} within {REPLICA_WAIT:g} s")
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def streaming_database(
     request: pytest.FixtureRequest,
@@ -559,7 +544,7 @@ def streaming_database(
             with replica.connect() as conn:
                 return set(sa.inspect(conn).get_table_names()) >= {"users", "orders_00"}
 
-        _wait_for(has_tables, "the test database's tables")
+        wait_for_replica(has_tables, "the test database's tables")
         yield Streaming(primary, replica)
     finally:
         factory.cleanup()
@@ -578,7 +563,7 @@ def streaming(streaming_database: Streaming) -> Streaming:
         with streaming_database.replica.connect() as conn:
             return not any(conn.execute(counts).one())
 
-    _wait_for(empty, "the emptied tables")
+    wait_for_replica(empty, "the emptied tables")
     return streaming_database
 
 
@@ -617,7 +602,7 @@ def test_rows_committed_on_the_primary_reach_the_replica(streaming: Streaming) -
             session.rollback()  # a new snapshot each poll
             return total == sum(range(6))
 
-        _wait_for(replicated, "the committed orders")
+        wait_for_replica(replicated, "the committed orders")
         assert _where(session)[0] is True
 
 
