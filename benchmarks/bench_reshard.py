@@ -93,7 +93,6 @@ def setup(engine: Engine, data: list[dict[str, Any]]) -> None:
         base.metadata.create_all(engine)
     with ShardedSession(engine) as session:
         bulk_insert(session, Order, data, batch_size=10_000)
-        bulk_insert(session, Order, [], batch_size=10_000)
         session.commit()
     with engine.begin() as connection:
         connection.execute(sa.insert(Plain), data)
