@@ -170,3 +170,21 @@ def test_bad_replica_value_is_a_usage_error(world: ReshardWorld) -> None:
     result = _run(world, "start", "--replica", "postgresql://app:s3cret@standby/shop")
     assert result.exit_code == 2 and "--replica" in result.output and "KEY=URL" in result.output
     assert "s3cret" not in result.output
+
+
+def test_start_while_the_job_runs_elsewhere_is_a_clean_error(
+    world: ReshardWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """start while another process holds the job exits 1 naming the holder; nothing is created."""
+    from snowshard.operations.reshard.lock import JobLock
+
+    held = JobLock(world.bind, "busy-job")
+    held.acquire()
+    try:
+        code = main(["reshard", "start", *MODELS, "--db", f"default={world.bind.url}", "--job", "busy-job"])
+    finally:
+        held.release()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "is running in another process" in err and "Traceback" not in err
+    assert not {f"rs_orders_v2_{i:02d}" for i in range(8)} & _tables(world)

@@ -2,8 +2,8 @@
 
 ``python -m tests.faults.reshard_child SPEC`` where SPEC is JSON: ``urls`` (database key
 -> URL), ``two_databases``, ``step`` (``start``, ``cutover``, ``rollback`` or
-``cleanup``), ``kill_at`` ([progress step, calls]: SIGKILL itself at that progress call)
-and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
+``cleanup``), ``kill_at`` ([progress step, calls]: SIGKILL itself at that progress call),
+``signal`` (optional, ``"SIGSTOP"`` to stop there instead of dying) and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
 and runs the step; if the kill point is never reached it exits 0.
 """
 
@@ -37,7 +37,7 @@ def main(spec: dict[str, Any]) -> None:
         if step == kill_step:
             calls += 1
             if calls >= kill_calls:
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), getattr(signal, spec.get("signal", "SIGKILL")))
 
     kw: dict[str, Any] = {}
     engines = {

@@ -10,9 +10,11 @@ twin: every row once, in the table its shard key routes to.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from snowshard.operations.reshard import Reshard
+from snowshard.operations.reshard import Reshard, ReshardJobBusy
 from tests.backends import DatabaseFactory
 from tests.reshard_world import ReshardWorld, Writers, build
 from tests.test_sharding_helpers import BACKEND_MARKS
@@ -62,6 +64,25 @@ def _killed(world: ReshardWorld, step: str, kill_at: tuple[str, int]) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+
+
+def _stopped(world: ReshardWorld, step: str, stop_at: tuple[str, int]) -> subprocess.Popen[str]:
+    """Run ``step`` in a child that SIGSTOPs itself at ``stop_at``; return it once stopped."""
+    spec = {"urls": _urls(world), "two_databases": world.control == "a", "step": step,
+            "kill_at": list(stop_at), "signal": "SIGSTOP", "chunk_rows": CHUNK}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.reshard_child", json.dumps(spec)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(f"/proc/{child.pid}/stat", encoding="ascii") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                return child
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        time.sleep(0.05)
+    child.kill()
+    raise AssertionError(f"the child never stopped at {stop_at}")
 
 
 def _finish(job: Reshard) -> None:
@@ -152,6 +173,31 @@ def test_kill_during_a_move_between_two_servers(database_factory: DatabaseFactor
         _killed(world, "start", ("copy", 3))
         job.start()
         _killed(world, "cutover", ("cutover", 2))
+        _finish(job)
+    job.cleanup()
+    _assert_equal_to_twin(world, world.new)
+
+
+@_on(("sqlite", "copy-2"), ("postgresql", "copy-2"), ("mysql", "copy-2"))
+def test_a_second_run_is_refused_while_the_first_is_stopped(world: ReshardWorld, case: str) -> None:
+    """start stopped (SIGSTOP) mid-copy holds the job: a second start is refused with
+    ReshardJobBusy naming the holder and writes nothing; once the first is killed, the
+    second resumes at once and the new layout equals the twin."""
+    step, calls = case.rsplit("-", 1)
+    job = world.job(chunk_rows=CHUNK)
+    with Writers(world):
+        child = _stopped(world, "start", (step, int(calls)))
+        try:
+            copied = job.status().copied
+            with pytest.raises(ReshardJobBusy, match="running in another process") as busy:
+                job.start()
+            holder = {"sqlite": f"process {child.pid} on", "postgresql": "held by server process",
+                      "mysql": "held by server connection"}[world.bind.dialect.name.replace("mariadb", "mysql")]
+            assert holder in str(busy.value)
+            assert job.status().copied == copied  # the refused run copied nothing
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.communicate(timeout=30)
         _finish(job)
     job.cleanup()
     _assert_equal_to_twin(world, world.new)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from snowshard.operations.reshard.errors import (
     ReshardError,
+    ReshardJobBusy,
     ReshardPhaseError,
     ReshardPlanError,
     VerifyFailed,
@@ -35,6 +36,7 @@ __all__ = [
     "RangeCheck",
     "Reshard",
     "ReshardError",
+    "ReshardJobBusy",
     "ReshardPhaseError",
     "ReshardPlan",
     "ReshardPlanError",

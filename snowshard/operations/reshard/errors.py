@@ -1,10 +1,10 @@
-"""Errors of online resharding: a bad plan, a job in the wrong phase, a failed check."""
+"""Errors of online resharding: a bad plan, a job in the wrong phase or busy, a failed check."""
 
 from __future__ import annotations
 
 from snowshard.errors import ConfigurationError, SnowshardError
 
-__all__ = ["ReshardError", "ReshardPhaseError", "ReshardPlanError", "VerifyFailed"]
+__all__ = ["ReshardError", "ReshardJobBusy", "ReshardPhaseError", "ReshardPlanError", "VerifyFailed"]
 
 
 class ReshardError(SnowshardError):
@@ -17,6 +17,11 @@ class ReshardPlanError(ReshardError, ConfigurationError):
 
 class ReshardPhaseError(ReshardError):
     """The step asked for does not follow from the job's phase (e.g. cutover before copy)."""
+
+
+class ReshardJobBusy(ReshardError):
+    """Another process holds the job's lock (it runs a step of the same job now), or the
+    step lost the lock it held; the message names the holder when the server tells."""
 
 
 class VerifyFailed(ReshardError):

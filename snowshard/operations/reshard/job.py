@@ -19,13 +19,19 @@ Phases (kept in ``snowshard_reshard_jobs`` of the control database)::
   since back into the source tables, lifts the source fence and flips the map back.
 * ``cleanup`` drops what the finished direction no longer needs: after a cutover the
   source tables, triggers and logs; after a rollback the target tables.
+
+Every step but ``status`` holds the job's lock (:mod:`.lock`): a second process running
+the same job is refused with ``ReshardJobBusy`` before it writes anything.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Table, func, insert, select, update
 
@@ -33,6 +39,7 @@ from snowshard.operations.reshard import triggers
 from snowshard.operations.reshard.catchup import drain, lag
 from snowshard.operations.reshard.copy import copy_source_table
 from snowshard.operations.reshard.errors import ReshardPhaseError, ReshardPlanError, VerifyFailed
+from snowshard.operations.reshard.lock import JobLock
 from snowshard.operations.reshard.plan import Placement, ReshardPlan
 from snowshard.operations.reshard.state import COPIED, JOBS, LOG, METADATA, SHARD_MAP
 from snowshard.operations.reshard.throttle import Throttle
@@ -41,6 +48,9 @@ from snowshard.redaction import redact_sqlalchemy_url
 from snowshard.sharding.shard_map import now_ms
 
 __all__ = ["CutoverReport", "Progress", "Reshard", "ReshardStatus"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Progress = Callable[[str, int, "int | None"], None]
 """``progress(step, rows_done, rows_total)``: called as work advances (total may be None)."""
@@ -79,6 +89,18 @@ class CutoverReport:
         )
 
 
+def _locked(step: Callable[Concatenate[Reshard, P], R]) -> Callable[Concatenate[Reshard, P], R]:
+    """Run ``step`` holding the job's lock: a second process running the same job gets
+    :class:`~snowshard.operations.reshard.lock.ReshardJobBusy` before anything is written."""
+
+    @functools.wraps(step)
+    def run(self: Reshard, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._exclusive():
+            return step(self, *args, **kwargs)
+
+    return run
+
+
 class Reshard:
     """Runs ``plan`` on ``engines`` (database key -> engine, every database of the plan).
 
@@ -107,12 +129,27 @@ class Reshard:
         self.engines = dict(engines)
         self.progress = progress
         self.replicas = {key: list(copies) for key, copies in (replicas or {}).items()}
+        self._lock = JobLock(self.control, plan.job)
+        self._lock_depth = 0
 
     def __repr__(self) -> str:
         urls = {k: redact_sqlalchemy_url(e.url) for k, e in sorted(self.engines.items())}
         return f"Reshard(job={self.plan.job!r}, engines={urls})"
 
     # ------------------------------------------------------------------ state
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the job's lock (:mod:`.lock`) for a step; steps called by steps reuse it."""
+        if self._lock_depth == 0:
+            self._lock.acquire()
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0:
+                self._lock.release()
 
     @property
     def control(self) -> Engine:
@@ -187,6 +224,7 @@ class Reshard:
 
     # ------------------------------------------------------------------ start
 
+    @_locked
     def start(
         self, *, rows_per_second: float | None = None, max_replica_lag: float | None = None
     ) -> ReshardStatus:
@@ -215,6 +253,8 @@ class Reshard:
         self._tell("copy", done, total)
         sources = self._physical(self.plan.source)
         for database, _, table in sources:
+            self._lock.check()
+
             def advance(n: int) -> None:
                 nonlocal done
                 done += n
@@ -239,6 +279,7 @@ class Reshard:
                         connection, tables[index], job=plan.log_job, pk=plan.pk, key=plan.target.key
                     )
 
+    @_locked
     def catch_up(self, *, until: int = 0) -> int:
         """Apply captured changes until at most ``until`` are left; the changes applied."""
         sources = {t.name: t for _, _, t in self._physical(self.plan.source)}
@@ -254,6 +295,7 @@ class Reshard:
 
     # ------------------------------------------------------------------ verify
 
+    @_locked
     def verify(self, *, repair: bool = False) -> VerifyReport:
         """Compare source and target range by range (after catching up)."""
         self._require("copied", "cutting")
@@ -262,6 +304,7 @@ class Reshard:
 
     # ------------------------------------------------------------------ cutover
 
+    @_locked
     def cutover(self, *, max_lag: int = 500) -> CutoverReport:
         """Fence the sources, apply the last changes, compare them, flip the map."""
         self._require("copied", "cutting")
@@ -288,6 +331,7 @@ class Reshard:
                 tuple((k, k + 1) for k in wrong),
             )
         self._tell("cutover", 3, 4)  # compared (the targets were captured before the fence)
+        self._lock.check()
         version = self._flip(self.plan.target)
         ended = time.monotonic()
         self._tell("cutover", 4, 4)  # map flipped
@@ -322,6 +366,7 @@ class Reshard:
 
     # ------------------------------------------------------------------ rollback
 
+    @_locked
     def rollback(self) -> str:
         """Undo the move (until cleanup); returns what was done."""
         phase = self._require("copying", "copied", "cutting", "switched", "rolling_back")
@@ -333,6 +378,7 @@ class Reshard:
             sources = {t.name: t for _, _, t in self._physical(back.source)}
             applied = drain(back, self.engines, sources, back.tables(back.target), fenced=True)
             self._tell("rollback", 2, 3)  # changes copied back
+            self._lock.check()
             self._unfence(self.plan.source)
             self._flip(self.plan.source)
             self._tell("rollback", 3, 3)  # map flipped back
@@ -357,6 +403,7 @@ class Reshard:
 
     # ------------------------------------------------------------------ cleanup
 
+    @_locked
     def cleanup(self, *, drop_tables: bool = True) -> str:
         """Drop what the finished direction left behind (old tables, triggers, logs)."""
         phase = self._require("switched", "rolled_back", "done")

@@ -1,0 +1,228 @@
+"""One process at a time per reshard job: a lock held for the length of a step.
+
+Two ``start`` runs of the same job (a retry launched while the first still copies, a
+second operator, a cron job) would copy and apply changes side by side, and a ``cutover``
+racing a ``start`` could flip the map while rows are still arriving. Every step that
+writes therefore holds the job's lock on the control database, and a second process gets
+:class:`ReshardJobBusy` before it touches anything.
+
+The lock dies with its holder, so a step killed with SIGKILL can be resumed at once:
+
+* PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection
+  kept for the step; the server releases it when the connection goes.
+* MariaDB/MySQL: a named lock (``GET_LOCK``) on a connection kept for the step, likewise.
+* SQLite: an exclusive ``flock`` on a file next to the database
+  (``<database>-reshard-<job>.lock``), released by the kernel when the process exits; an
+  in-memory database (one process) uses a lock of the process.
+
+A process that is stopped, not dead (SIGSTOP, a debugger) keeps its lock: the message of
+:class:`ReshardJobBusy` names the holder (server connection or process id) to look at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from typing import IO
+
+from sqlalchemy import Connection, Engine, text
+
+from snowshard.operations.reshard.errors import ReshardJobBusy, ReshardPlanError
+
+__all__ = ["JobLock", "lock_name"]
+
+_PROCESS_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_PROCESS_LOCKS_GUARD = threading.Lock()
+
+
+def _key(job: str) -> int:
+    """A stable, non-negative 63-bit key for ``job`` (PostgreSQL advisory locks take a bigint)."""
+    return int.from_bytes(hashlib.blake2b(job.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def lock_name(job: str) -> str:
+    """The job's lock name on MariaDB (at most 64 characters whatever the job's name)."""
+    return f"snowshard_reshard_{_key(job):016x}"
+
+
+class JobLock:
+    """The lock of ``job`` on the control database ``engine``; ``acquire`` never waits."""
+
+    def __init__(self, engine: Engine, job: str) -> None:
+        self.engine = engine
+        self.job = job
+        self._connection: Connection | None = None
+        self._file: IO[str] | None = None
+        self._process_lock: threading.Lock | None = None
+
+    def __repr__(self) -> str:
+        return f"JobLock(job={self.job!r}, dialect={self.engine.dialect.name!r}, held={self.held})"
+
+    @property
+    def held(self) -> bool:
+        return self._connection is not None or self._file is not None or self._process_lock is not None
+
+    # ------------------------------------------------------------------ acquire
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`ReshardJobBusy` naming who holds it."""
+        if self.held:
+            raise RuntimeError(f"{self!r} is already held by this object")
+        name = self.engine.dialect.name
+        if name == "postgresql":
+            self._acquire_on_server("SELECT pg_try_advisory_lock(:key)", {"key": _key(self.job)})
+        elif name in ("mysql", "mariadb"):
+            self._acquire_on_server("SELECT GET_LOCK(:name, 0)", {"name": lock_name(self.job)})
+        elif name == "sqlite":
+            self._acquire_sqlite()
+        else:
+            raise ReshardPlanError(
+                f"no job lock on a {name} database; the control database of a reshard must be "
+                "SQLite, PostgreSQL or MariaDB/MySQL"
+            )
+
+    def _acquire_on_server(self, statement: str, params: dict[str, object]) -> None:
+        connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            got = connection.execute(text(statement), params).scalar()
+            if got not in (True, 1):
+                holder = self._server_holder(connection)
+                raise ReshardJobBusy(
+                    f"reshard job {self.job!r} is running in another process ({holder}); wait "
+                    "for it to finish or stop it, then run this step again"
+                )
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+
+    def _server_holder(self, connection: Connection) -> str:
+        """Who holds the lock, as far as the server tells (best effort)."""
+        try:
+            if self.engine.dialect.name == "postgresql":
+                key = _key(self.job)
+                row = connection.execute(text(
+                    "SELECT a.pid, a.client_addr, a.application_name, a.backend_start "
+                    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
+                ), {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).first()
+                if row is not None:
+                    return (f"lock held by server process {row.pid} from {row.client_addr or 'local'}"
+                            f" ({row.application_name or 'no application name'}), connected since "
+                            f"{row.backend_start:%Y-%m-%d %H:%M:%S}")
+            else:
+                row = connection.execute(text(
+                    "SELECT p.ID, p.HOST FROM information_schema.PROCESSLIST p "
+                    "WHERE p.ID = IS_USED_LOCK(:name)"
+                ), {"name": lock_name(self.job)}).first()
+                if row is not None:
+                    return f"lock {lock_name(self.job)!r} held by server connection {row[0]} from {row[1]}"
+        except Exception:  # noqa: BLE001 - the holder is a courtesy; the refusal stands
+            pass
+        return "its holder could not be read"
+
+    def _acquire_sqlite(self) -> None:
+        database = self.engine.url.database
+        if not database or database == ":memory:" or database.startswith("file::memory:"):
+            key = (str(self.engine.url), self.job)
+            with _PROCESS_LOCKS_GUARD:
+                lock = _PROCESS_LOCKS.setdefault(key, threading.Lock())
+            if not lock.acquire(blocking=False):
+                raise ReshardJobBusy(
+                    f"reshard job {self.job!r} is running in another thread of this process "
+                    "(in-memory SQLite database); wait for that step to finish"
+                )
+            self._process_lock = lock
+            return
+        path = f"{database}-reshard-{_key(self.job):016x}.lock"
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        try:
+            if not _try_flock(handle):
+                handle.seek(0)
+                holder = handle.read().strip() or "a process that has not said who it is"
+                raise ReshardJobBusy(
+                    f"reshard job {self.job!r} is running in another process ({holder}; lock "
+                    f"file {path}); wait for it to finish or stop it, then run this step again"
+                )
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()} since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC\n")
+            handle.flush()
+        except BaseException:
+            handle.close()
+            raise
+        self._file = handle
+
+    # ------------------------------------------------------------------ check, release
+
+    def check(self) -> None:
+        """Raise :class:`ReshardJobBusy` if the lock was lost (the server dropped the
+        connection that held it): the step stops before it writes again."""
+        if self._connection is None:
+            return
+        try:
+            if self.engine.dialect.name == "postgresql":
+                key = _key(self.job)
+                mine = self._connection.execute(text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND pid = pg_backend_pid() AND objsubid = 1 "
+                    "AND classid::bigint = :hi AND objid::bigint = :lo"
+                ), {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).scalar()
+            else:
+                mine = self._connection.execute(
+                    text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": lock_name(self.job)}
+                ).scalar()
+        except Exception as error:
+            raise ReshardJobBusy(
+                f"reshard job {self.job!r} lost its lock ({type(error).__name__}: the connection "
+                "holding it failed); the step stopped; run it again to resume"
+            ) from error
+        if not mine:
+            raise ReshardJobBusy(
+                f"reshard job {self.job!r} lost its lock (the server no longer holds it for this "
+                "process); the step stopped; run it again to resume"
+            )
+
+    def release(self) -> None:
+        """Give the lock back (idempotent)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                if self.engine.dialect.name == "postgresql":
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _key(self.job)})
+                else:
+                    connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": lock_name(self.job)})
+            except Exception:  # noqa: BLE001 - a dead connection has released it already
+                connection.invalidate()
+            finally:
+                connection.close()
+        handle, self._file = self._file, None
+        if handle is not None:
+            handle.close()  # closing the file drops the flock
+        lock, self._process_lock = self._process_lock, None
+        if lock is not None:
+            lock.release()
+
+
+def _try_flock(handle: IO[str]) -> bool:
+    """An exclusive, non-blocking lock on ``handle``'s file; False if another holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
