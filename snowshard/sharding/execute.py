@@ -456,14 +456,15 @@ def _unsharded(state: ORMExecuteState, hint: Hint | None) -> Result[Any] | None:
 
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
-    direct = state.execution_options.get(DIRECT_MAPPER)
+    options = state.execution_options  # a new merged dict each time it is read
+    direct = options.get(DIRECT_MAPPER)
     if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
         return None  # ShardedSession.get's own SELECT of one physical class
     if state.is_orm_statement and state.is_column_load:  # text(): fails on 2.0.x
         return None
     session: Any = state.session
-    hint = hint_of(session, state.execution_options)
-    models = shape_models(state.statement, _models)
+    hint = hint_of(session, options)
+    models, lookup = shape_models(state.statement, _models)
     if not models:
         return _unsharded(state, hint)
     lead = models[0]
@@ -479,11 +480,20 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     plan: Plan = cached_plan(
         session, state.statement, params, hint, models,
         lambda: plan_statement(session, state.statement, params, hint, models),  # type: ignore[arg-type]
+        lookup,
     )  # fmt: skip
     for watcher in _watchers.get():
         watcher(session, plan)
     if plan.merge is not None and not later_orm_hooks(state):
         return run_merged(state, plan.steps, plan.merge)
+    if plan.merge is None and len(plan.steps) == 1:
+        # one physical statement: hand it back to the session in place of the logical one
+        # (SQLAlchemy runs ORMExecuteState.statement after the hooks), which spares a
+        # second pass through Session.execute for the commonest query: one key, one table
+        (step,) = plan.steps
+        state.statement = step.statement
+        state.bind_arguments[BIND_KEY] = step.database
+        return None
     results = [_run(state, step.statement, step.database) for step in plan.steps]
     if plan.merge is not None:
         return plan.merge.merge(results)

@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from sqlalchemy import Select
 from sqlalchemy.sql.elements import BindParameter
@@ -47,7 +47,7 @@ from snowshard.sharding.hints import Hint, apply_hint
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.routing import route
 
-__all__ = ["PLANS_INFO", "PlanCache", "cached_plan", "plan_cache_of", "shape_models"]
+__all__ = ["PLANS_INFO", "Lookup", "PlanCache", "cached_plan", "plan_cache_of", "shape_models"]
 
 _values: ContextVar[Mapping[object, Sequence[Any]]] = ContextVar(
     "snowshard_shape_values", default={}
@@ -150,21 +150,27 @@ def plan_cache_of(statement: Any) -> Optional[PlanCache]:
     return found
 
 
-def _shape(statement: Any) -> tuple[Any, Optional[PlanCache], Optional[_Shape]]:
+class Lookup(NamedTuple):
+    """A statement's cache key (None if uncacheable) and what its shape's entry holds."""
+
+    key: Any
+    shape: Optional[_Shape]
+
+
+def shape_models(
+    statement: Any, find: Callable[[Any], list[ShardedModel]]
+) -> tuple[list[ShardedModel], Lookup]:
+    """The sharded models ``statement`` names (``find(statement)`` once per shape), and
+    the statement's :class:`Lookup` for :func:`cached_plan` (computed once per execution)."""
     key = cache_key_of(statement)
     cache = plan_cache_of(statement) if key is not None else None
-    return key, cache, (cache.get(key.key) if cache is not None else None)
-
-
-def shape_models(statement: Any, find: Callable[[Any], list[ShardedModel]]) -> list[ShardedModel]:
-    """The sharded models ``statement`` names (``find(statement)`` once per shape)."""
-    key, cache, shape = _shape(statement)
+    shape = cache.get(key.key) if cache is not None else None
     if shape is not None:
-        return shape.models
+        return shape.models, Lookup(key, shape)
     models = find(statement)
     if cache is not None:
-        cache.put(key.key, _Shape(models, bool(models and unsharded_tables(statement))))
-    return models
+        shape = cache.put(key.key, _Shape(models, bool(models and unsharded_tables(statement))))
+    return models, Lookup(key, shape)
 
 
 def _hashable(values: Sequence[Any]) -> Optional[tuple[Any, ...]]:
@@ -238,6 +244,7 @@ def cached_plan(
     hint: Optional[Hint],
     models: Sequence[ShardedModel],
     build: Callable[[], Any],
+    lookup: Lookup,
 ) -> Any:
     """The plan ``build()`` makes for ``statement``, reused across statements of its shape.
 
@@ -246,7 +253,7 @@ def cached_plan(
     """
     if not isinstance(statement, Select) or not isinstance(params, Mapping):
         return build()
-    key, _, shape = _shape(statement)
+    key, shape = lookup
     databases = getattr(session, "databases", None) or {}
     if shape is None or shape.models != list(models) or (shape.unsharded and databases):
         return build()
