@@ -181,7 +181,8 @@ def test_start_while_the_job_runs_elsewhere_is_a_clean_error(
     held = JobLock(world.bind, "busy-job")
     held.acquire()
     try:
-        code = main(["reshard", "start", *MODELS, "--db", f"default={world.bind.url}", "--job", "busy-job"])
+        code = main(["reshard", "start", *MODELS, "--db", f"default={world.bind.url}", "--job", "busy-job",
+                     "--lock-wait", "0.2"])
     finally:
         held.release()
     assert code == 1

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import insert, select, update
+from sqlalchemy import BigInteger, insert, select, update
+from sqlalchemy.orm import DeclarativeBase, mapped_column
 
 from snowshard.operations.reshard import ReshardPhaseError, ReshardPlan, ReshardPlanError
-from snowshard.sharding import Shards, sharded_model
+from snowshard.sharding import Sharded, Shards, sharded_model
 from snowshard.sharding.shard_map import ShardMap, StaleShardMap
 from tests.backends import DatabaseFactory
 from tests.reshard_world import ReshardWorld, Writers, build
@@ -144,6 +145,51 @@ def test_verify_finds_a_misplaced_row(one_db: ReshardWorld) -> None:
         connection.execute(new.tables[0].delete().where(new.tables[0].c.id == row.id))
         connection.execute(insert(new.tables[1]).values(**row._mapping))
     assert not job.verify().ok
+
+
+def test_a_row_in_the_wrong_source_table_still_reaches_its_target(one_db: ReshardWorld) -> None:
+    """A source row outside the table its key routes to (written there by hand) is copied
+    to the target table its key routes to, not dropped by the copy's per-table INSERTs."""
+    old = sharded_model(one_db.old)
+    with one_db.bind.begin() as connection:
+        row = connection.execute(select(*old.tables[1].columns).limit(1)).one()
+        connection.execute(old.tables[1].delete().where(old.tables[1].c.id == row.id))
+        connection.execute(insert(old.tables[0]).values(**row._mapping))
+    job = one_db.job()
+    job.start()
+    assert job.status().copied == 300
+    job.cutover()
+    assert one_db.rows_of(one_db.new) == one_db.twin_rows()
+    assert one_db.placed_right(one_db.new)
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "index", "fed"),
+    [
+        (Shards(4, key="user_id"), Shards(8, key="user_id"), 1, (1, 5)),
+        (Shards(4, key="user_id"), Shards(16, key="user_id"), 3, (3, 7, 11, 15)),
+        (Shards(3, key="user_id"), Shards(6, key="user_id"), 2, (2, 5)),
+        (Shards(4, key="user_id"), Shards(6, key="user_id"), 0, tuple(range(6))),
+        (Shards(4, key="user_id"), Shards(8, key="id"), 0, tuple(range(8))),
+    ],
+    ids=["gene-4-8", "gene-4-16", "mod-3-6", "not-a-multiple", "other-key"],
+)
+def test_fed_by_names_the_targets_a_source_table_can_feed(
+    source: Shards, target: Shards, index: int, fed: tuple[int, ...]
+) -> None:
+    """Same key, modulo strategies, target count a multiple: t % n_source == s; else all."""
+    base = type("FedBase", (DeclarativeBase,), {})
+    model = type("FedOrder", (Sharded, base), {
+        "__tablename__": "fed_orders", "__shards__": source,
+        "id": mapped_column(BigInteger, primary_key=True, autoincrement=False),
+        "user_id": mapped_column(BigInteger)})
+    plan = ReshardPlan.for_model(
+        sharded_model(model),
+        Shards(target.count, key=target.key, pattern="{name}_v2_{index:02d}"),
+    )
+    assert plan.fed_by(index) == fed
+    with_all_keys = {t for s in range(source.count) for t in plan.fed_by(s)}
+    assert with_all_keys == set(range(target.count))  # every target is fed by some source
 
 
 def test_status_counts_copied_rows(one_db: ReshardWorld) -> None:

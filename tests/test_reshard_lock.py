@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import threading
+import time
+
 import pytest
 import sqlalchemy as sa
 
-from snowshard.operations.reshard import ReshardJobBusy, ReshardPlanError
+from snowshard.operations.reshard import Reshard, ReshardJobBusy, ReshardPlanError
 from snowshard.operations.reshard.lock import JobLock, lock_name
 from tests.backends import DatabaseFactory
 from tests.reshard_world import ReshardWorld, build
@@ -33,6 +36,11 @@ def server(request: pytest.FixtureRequest, database_factory: DatabaseFactory) ->
     return database_factory.engine(url)
 
 
+def _job(world: ReshardWorld, lock_wait: float = 0.0) -> Reshard:
+    """The world's job, refused at once (no wait) while another holds its lock."""
+    return Reshard(world.plan(), world.engines, lock_wait=lock_wait)
+
+
 def _holding(engine: sa.Engine, job: str) -> JobLock:
     lock = JobLock(engine, job)
     lock.acquire()
@@ -41,7 +49,7 @@ def _holding(engine: sa.Engine, job: str) -> JobLock:
 
 def test_start_is_refused_while_another_holds_the_job(world: ReshardWorld) -> None:
     """A held job lock makes start raise ReshardJobBusy before anything is written."""
-    job = world.job()
+    job = _job(world)
     other = _holding(world.bind, job.plan.job)
     try:
         with pytest.raises(ReshardJobBusy, match="'rs-orders' is running in another process"):
@@ -55,7 +63,7 @@ def test_start_is_refused_while_another_holds_the_job(world: ReshardWorld) -> No
 @pytest.mark.parametrize("step", ["cutover", "rollback", "cleanup", "verify", "catch_up"])
 def test_every_writing_step_takes_the_lock(world: ReshardWorld, step: str) -> None:
     """cutover, rollback, cleanup, verify and catch_up are refused too, phase unchanged."""
-    job = world.job()
+    job = _job(world)
     job.start()
     other = _holding(world.bind, job.plan.job)
     try:
@@ -68,7 +76,7 @@ def test_every_writing_step_takes_the_lock(world: ReshardWorld, step: str) -> No
 
 def test_status_needs_no_lock(world: ReshardWorld) -> None:
     """status reads while another process holds the job."""
-    job = world.job()
+    job = _job(world)
     other = _holding(world.bind, job.plan.job)
     try:
         assert job.status().phase == "not started"
@@ -78,7 +86,7 @@ def test_status_needs_no_lock(world: ReshardWorld) -> None:
 
 def test_a_finished_step_gives_the_lock_back(world: ReshardWorld) -> None:
     """After start returns (or fails), another process can take the job's lock."""
-    job = world.job()
+    job = _job(world)
     job.start()
     _holding(world.bind, job.plan.job).release()
     with pytest.raises(Exception):  # noqa: B017 - any failure must release the lock too
@@ -88,7 +96,7 @@ def test_a_finished_step_gives_the_lock_back(world: ReshardWorld) -> None:
 
 def test_steps_within_a_step_reuse_the_lock(world: ReshardWorld) -> None:
     """cutover (which catches up inside) runs through without refusing itself."""
-    job = world.job()
+    job = _job(world)
     job.start()
     assert job.cutover().map_version == 1
 
@@ -164,3 +172,33 @@ def test_an_unsupported_control_database_is_refused() -> None:
     engine = sa.create_mock_engine("oracle://scott@localhost/db", lambda *a, **k: None)
     with pytest.raises(ReshardPlanError, match="no job lock on a oracle database"):
         JobLock(engine, "x").acquire()  # type: ignore[arg-type]
+
+
+def test_a_step_waits_for_a_lock_released_within_lock_wait(world: ReshardWorld) -> None:
+    """A lock freed 0.3 s into a 5 s lock_wait is taken: start runs instead of refusing."""
+    job = _job(world, lock_wait=5.0)
+    other = _holding(world.bind, job.plan.job)
+    threading.Timer(0.3, other.release).start()
+    started = time.monotonic()
+    assert job.start().phase == "copied"
+    assert time.monotonic() - started >= 0.3
+
+
+def test_lock_wait_bounds_the_wait(world: ReshardWorld) -> None:
+    """A lock held throughout makes start raise after about lock_wait seconds."""
+    job = _job(world, lock_wait=0.4)
+    other = _holding(world.bind, job.plan.job)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ReshardJobBusy):
+            job.start()
+        assert 0.4 <= time.monotonic() - started < 3
+    finally:
+        other.release()
+
+
+@pytest.mark.parametrize("bad", [-1, 3601, "5", True])
+def test_a_bad_lock_wait_is_refused(world: ReshardWorld, bad: object) -> None:
+    """lock_wait outside 0..3600 seconds, or not a number, raises ReshardPlanError."""
+    with pytest.raises(ReshardPlanError, match="lock_wait must be seconds in 0..3600"):
+        Reshard(world.plan(), world.engines, lock_wait=bad)  # type: ignore[arg-type]

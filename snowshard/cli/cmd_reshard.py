@@ -115,7 +115,8 @@ def _open(
     standbys = {key: [create_engine(url, poolclass=NullPool) for url in urls]
                 for key, urls in (replicas or {}).items()}
     try:
-        yield _Job(Reshard(plan, engines, progress=progress, replicas=standbys), engines)
+        job = Reshard(plan, engines, progress=progress, replicas=standbys, lock_wait=options["lock_wait"])
+        yield _Job(job, engines)
     finally:
         for engine in [*engines.values(), *(e for copies in standbys.values() for e in copies)]:
             engine.dispose()
@@ -131,11 +132,13 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--job", default=None, help="Job name (default: <table>-<new count>).")
     @click.option("--control", default=None, help="Database key of the job and shard map rows.")
     @click.option("--chunk-rows", type=click.IntRange(1, 1_000_000), default=5000, show_default=True)
+    @click.option("--lock-wait", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
+                  metavar="SECONDS", help="How long to wait for another run of the job to end.")
     @click.pass_context
     def wrapper(ctx: click.Context, /, old: str, new: str, db: tuple[str, ...], job: str | None,
-                control: str | None, chunk_rows: int, **kw: Any) -> Any:
+                control: str | None, chunk_rows: int, lock_wait: float, **kw: Any) -> Any:
         ctx.obj = {"old": old, "new": new, "db": _databases(db), "job": job,
-                   "control": control, "chunk_rows": chunk_rows}
+                   "control": control, "chunk_rows": chunk_rows, "lock_wait": lock_wait}
         return ctx.invoke(command, **kw)
 
     wrapper.__doc__ = command.__doc__

@@ -189,8 +189,9 @@ def test_a_second_run_is_refused_while_the_first_is_stopped(world: ReshardWorld,
         child = _stopped(world, "start", (step, int(calls)))
         try:
             copied = job.status().copied
+            second = Reshard(world.plan(chunk_rows=CHUNK), world.engines, lock_wait=0.5)
             with pytest.raises(ReshardJobBusy, match="running in another process") as busy:
-                job.start()
+                second.start()
             holder = {"sqlite": f"process {child.pid} on", "postgresql": "held by server process",
                       "mysql": "held by server connection"}[world.bind.dialect.name.replace("mariadb", "mysql")]
             assert holder in str(busy.value)

@@ -114,10 +114,15 @@ def copy_source_table(
     *,
     throttle: Throttle | None = None,
     on_rows: OnRows | None = None,
+    fed: Sequence[int] | None = None,
 ) -> int:
     """Copy ``source`` (in ``source_database``) into ``targets``; returns rows written.
 
-    ``throttle`` is asked before each chunk (replica lag) and told the rows after it."""
+    ``throttle`` is asked before each chunk (replica lag) and told the rows after it.
+    ``fed`` (:meth:`~.plan.ReshardPlan.fed_by`) are the target tables the source's rows
+    belong in: the copy in SQL sends INSERTs to those only, and checks that they took the
+    whole chunk (a row in the wrong source table sends the chunk through Python, which
+    routes every row)."""
     pace = throttle if throttle is not None else Throttle()
     marks = checkpoints(plan, engines, source.name)
     known = [mark for mark in marks.values() if mark is not None]
@@ -126,6 +131,7 @@ def copy_source_table(
     pk_at = list(source.columns.keys()).index(plan.pk)
     written = 0
     in_place = _in_place(plan, source_database, marks)
+    into = {index: targets[index] for index in fed} if fed is not None else targets
 
     def copied(database: str, last: int, count: int) -> None:
         nonlocal written
@@ -137,7 +143,7 @@ def copy_source_table(
 
     while True:
         pace.before_chunk()
-        step = _copy_in_place(plan, engines[source_database], source, targets, start) if in_place else None
+        step = _copy_in_place(plan, engines[source_database], source, into, start) if in_place else None
         if step is not None:
             copied(source_database, *step)
             start = step[0]
@@ -184,9 +190,16 @@ def _copy_in_place(
         after = [pk > start] if start is not None else []
         names = list(source.columns.keys())
         with engine.begin() as connection:
-            last = connection.execute(
-                select(pk).where(*after).order_by(pk).offset(plan.chunk_rows - 1).limit(1)
-            ).scalar()
+            edge = select(pk).where(*after).order_by(pk).offset(plan.chunk_rows - 1).limit(1)
+            locked = connection.dialect.name in ("mysql", "mariadb")
+            if locked:
+                # InnoDB: a locking read takes next-key locks on every key it scans, so the
+                # window keeps exactly these chunk_rows rows until commit, and the INSERTs
+                # below must place all of them (a row outside the tables its source table
+                # feeds, or a negative key, leaves a shortfall: the chunk goes through Python)
+                edge = edge.with_for_update(read=True)
+            last = connection.execute(edge).scalar()
+            full = locked and last is not None
             if last is None:
                 last = connection.execute(select(func.max(pk)).where(*after)).scalar()
             if last is None:
@@ -208,7 +221,9 @@ def _copy_in_place(
                     total = total + more
                 expected_n, copied = connection.execute(select(expected, total)).one()
             else:
-                expected_n = connection.execute(select(func.count()).select_from(window.subquery())).scalar_one()
+                expected_n = plan.chunk_rows if full else connection.execute(
+                    select(func.count()).select_from(window.subquery())
+                ).scalar_one()
                 copied = 0
                 for index, table in sorted(targets.items()):
                     chosen = window.where(key >= 0, key % count == index)

@@ -105,7 +105,9 @@ class Reshard:
     """Runs ``plan`` on ``engines`` (database key -> engine, every database of the plan).
 
     ``replicas`` (database key -> its replicas' engines) are the standbys ``start`` watches
-    when given ``max_replica_lag``."""
+    when given ``max_replica_lag``. ``lock_wait``: seconds a step waits for the job's lock
+    (:mod:`.lock`) before :class:`~.errors.ReshardJobBusy`; the default covers a holder
+    killed a moment ago, whose server has not yet noticed."""
 
     def __init__(
         self,
@@ -114,6 +116,7 @@ class Reshard:
         *,
         progress: Progress | None = None,
         replicas: Mapping[str, Sequence[Engine]] | None = None,
+        lock_wait: float = 5.0,
     ) -> None:
         missing = [key for key in plan.databases if key not in engines]
         if missing:
@@ -129,7 +132,10 @@ class Reshard:
         self.engines = dict(engines)
         self.progress = progress
         self.replicas = {key: list(copies) for key, copies in (replicas or {}).items()}
+        if isinstance(lock_wait, bool) or not isinstance(lock_wait, (int, float)) or not 0 <= lock_wait <= 3600:
+            raise ReshardPlanError(f"lock_wait must be seconds in 0..3600, got {lock_wait!r}")
         self._lock = JobLock(self.control, plan.job)
+        self._lock_wait = float(lock_wait)
         self._lock_depth = 0
 
     def __repr__(self) -> str:
@@ -142,7 +148,7 @@ class Reshard:
     def _exclusive(self) -> Iterator[None]:
         """Hold the job's lock (:mod:`.lock`) for a step; steps called by steps reuse it."""
         if self._lock_depth == 0:
-            self._lock.acquire()
+            self._lock.acquire(self._lock_wait)
         self._lock_depth += 1
         try:
             yield
@@ -252,7 +258,7 @@ class Reshard:
         done = self.status().copied
         self._tell("copy", done, total)
         sources = self._physical(self.plan.source)
-        for database, _, table in sources:
+        for database, index, table in sources:
             self._lock.check()
 
             def advance(n: int) -> None:
@@ -261,7 +267,7 @@ class Reshard:
                 self._tell("copy", done, total)
 
             copy_source_table(
-                self.plan, self.engines, database, table, targets,
+                self.plan, self.engines, database, table, targets, fed=self.plan.fed_by(index),
                 throttle=throttle, on_rows=advance,
             )
         self.catch_up(until=self.plan.chunk_rows)  # writers keep writing: do not chase zero

@@ -34,6 +34,8 @@ from snowshard.operations.reshard.errors import ReshardJobBusy, ReshardPlanError
 
 __all__ = ["JobLock", "lock_name"]
 
+_RETRY_SECONDS = 0.05
+
 _PROCESS_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _PROCESS_LOCKS_GUARD = threading.Lock()
 
@@ -67,33 +69,46 @@ class JobLock:
 
     # ------------------------------------------------------------------ acquire
 
-    def acquire(self) -> None:
-        """Take the lock, or raise :class:`ReshardJobBusy` naming who holds it."""
+    def acquire(self, wait: float = 0.0) -> None:
+        """Take the lock, trying for up to ``wait`` seconds, or raise
+        :class:`ReshardJobBusy` naming who holds it.
+
+        A short wait covers a holder killed just now: its server notices the closed
+        connection (and frees the lock) a moment after the process is gone."""
         if self.held:
             raise RuntimeError(f"{self!r} is already held by this object")
         name = self.engine.dialect.name
+        deadline = time.monotonic() + wait
         if name == "postgresql":
-            self._acquire_on_server("SELECT pg_try_advisory_lock(:key)", {"key": _key(self.job)})
+            self._acquire_on_server("SELECT pg_try_advisory_lock(:key)", {"key": _key(self.job)}, deadline)
         elif name in ("mysql", "mariadb"):
-            self._acquire_on_server("SELECT GET_LOCK(:name, 0)", {"name": lock_name(self.job)})
+            self._acquire_on_server("SELECT GET_LOCK(:name, 0)", {"name": lock_name(self.job)}, deadline)
         elif name == "sqlite":
-            self._acquire_sqlite()
+            while True:
+                try:
+                    self._acquire_sqlite()
+                    return
+                except ReshardJobBusy:
+                    if time.monotonic() >= deadline:
+                        raise
+                time.sleep(_RETRY_SECONDS)
         else:
             raise ReshardPlanError(
                 f"no job lock on a {name} database; the control database of a reshard must be "
                 "SQLite, PostgreSQL or MariaDB/MySQL"
             )
 
-    def _acquire_on_server(self, statement: str, params: dict[str, object]) -> None:
+    def _acquire_on_server(self, statement: str, params: dict[str, object], deadline: float) -> None:
         connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            got = connection.execute(text(statement), params).scalar()
-            if got not in (True, 1):
-                holder = self._server_holder(connection)
-                raise ReshardJobBusy(
-                    f"reshard job {self.job!r} is running in another process ({holder}); wait "
-                    "for it to finish or stop it, then run this step again"
-                )
+            while connection.execute(text(statement), params).scalar() not in (True, 1):
+                if time.monotonic() >= deadline:
+                    holder = self._server_holder(connection)
+                    raise ReshardJobBusy(
+                        f"reshard job {self.job!r} is running in another process ({holder}); "
+                        "wait for it to finish or stop it, then run this step again"
+                    )
+                time.sleep(_RETRY_SECONDS)
         except BaseException:
             connection.close()
             raise

@@ -207,6 +207,25 @@ class ReshardPlan:
         for database, indices in sorted(placement.spec.databases.items()):
             yield database, sorted(indices)
 
+    def fed_by(self, source_index: int) -> tuple[int, ...]:
+        """The target tables rows of source table ``source_index`` can go to.
+
+        Both placements modulo the same key (``Gene`` or ``Mod``), the target's count a
+        multiple of the source's: a row in source table ``s`` has ``key % n_source == s``,
+        so its target ``t = key % n_target`` has ``t % n_source == s`` (a split 16 -> 64
+        feeds each new table from one old one). Otherwise any target may get its rows."""
+        every = tuple(range(self.target.spec.count))
+        source, target = self.source, self.target
+        modular = (Gene, Mod)
+        if (
+            source.key == target.key
+            and type(source.strategy) in modular
+            and type(target.strategy) in modular
+            and target.spec.count % source.spec.count == 0
+        ):
+            return tuple(t for t in every if t % source.spec.count == source_index)
+        return every
+
     @property
     def databases(self) -> list[str]:
         return sorted(set(self.source.spec.databases) | set(self.target.spec.databases))
