@@ -98,7 +98,7 @@ def setup(engine: Engine, data: list[dict[str, Any]]) -> None:
         connection.execute(sa.insert(Plain), data)
 
 
-def plan(chunk_rows: int = 5000) -> ReshardPlan:
+def plan(chunk_rows: int = 10_000) -> ReshardPlan:
     return ReshardPlan.between(sharded_model(Order), sharded_model(OrderV2), job="bench", chunk_rows=chunk_rows)
 
 
@@ -111,7 +111,7 @@ def timed(action: Callable[[], object]) -> float:
 # --------------------------------------------------------------------------- copy
 
 
-def bench_copy(backend: str, url: str, count: int, chunk_rows: int = 5000) -> list[str]:
+def bench_copy(backend: str, url: str, count: int, chunk_rows: int = 10_000) -> list[str]:
     with server_database(url) as engine:
         setup(engine, rows(count))
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writes", type=int, default=2_000, help="writes per capture run")
     parser.add_argument("--cutover-rows", type=int, default=1_000_000)
     parser.add_argument("--only", default="copy,capture,cutover", help="parts to run")
-    parser.add_argument("--chunk-rows", type=int, default=5000, help="rows per copy chunk (default 5,000)")
+    parser.add_argument("--chunk-rows", type=int, default=10_000, help="rows per copy chunk (default 10,000)")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

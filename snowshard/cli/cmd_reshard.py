@@ -131,7 +131,7 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
                   help="An engine per database key the layouts name (repeat).")
     @click.option("--job", default=None, help="Job name (default: <table>-<new count>).")
     @click.option("--control", default=None, help="Database key of the job and shard map rows.")
-    @click.option("--chunk-rows", type=click.IntRange(1, 1_000_000), default=5000, show_default=True)
+    @click.option("--chunk-rows", type=click.IntRange(1, 1_000_000), default=10_000, show_default=True)
     @click.option("--lock-wait", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
                   metavar="SECONDS", help="How long to wait for another run of the job to end.")
     @click.pass_context

@@ -78,7 +78,7 @@ class ReshardPlan:
     source: Placement
     target: Placement
     control: str
-    chunk_rows: int = 5000
+    chunk_rows: int = 10_000
     reverse: bool = False
 
     def __post_init__(self) -> None:
@@ -91,7 +91,7 @@ class ReshardPlan:
             1 <= self.chunk_rows <= 1_000_000
         ):
             raise ReshardPlanError(
-                f"chunk_rows must be an int in 1..1000000, got {self.chunk_rows!r}; 5000 suits most tables"
+                f"chunk_rows must be an int in 1..1000000, got {self.chunk_rows!r}; 10000 suits most tables"
             )
         overlap = set(self.source.spec.table_names) & set(self.target.spec.table_names)
         if overlap and not self.reverse:
@@ -115,7 +115,7 @@ class ReshardPlan:
         *,
         job: str | None = None,
         control: str | None = None,
-        chunk_rows: int = 5000,
+        chunk_rows: int = 10_000,
     ) -> ReshardPlan:
         """The plan moving ``model``'s rows to the layout ``to`` (a :class:`Shards`)."""
         if model.timeline is not None:
@@ -168,7 +168,7 @@ class ReshardPlan:
         *,
         job: str | None = None,
         control: str | None = None,
-        chunk_rows: int = 5000,
+        chunk_rows: int = 10_000,
     ) -> ReshardPlan:
         """The plan moving ``old``'s rows to ``new``'s layout: two declarations of one
         logical table (as the application declares them to follow the move)."""
