@@ -5,6 +5,8 @@
 #   127.0.0.1:5434  a streaming replica ("replica", hot standby) of the main cluster on 5432
 #   127.0.0.1:3307  a second MariaDB server (data in /var/lib/mysql2), root@127.0.0.1 with no
 #                   password, like the main server on 3306
+#   127.0.0.1:3310  a MariaDB primary with a binary log (data in /var/lib/mysql-primary)
+#   127.0.0.1:3311  a MariaDB replica of 3310 (GTID replication; data in /var/lib/mysql-replica)
 #
 # Usage: .ci/servers.sh [PORT...]   each PORT: one more MariaDB server like 3307 (data in
 # /var/lib/mysql-PORT); .ci/run asks for 3308 and 3309.
@@ -16,6 +18,8 @@
 #   SNOWSHARD_TEST_POSTGRES2_URL=postgresql+psycopg://postgres@127.0.0.1:5433/postgres
 #   SNOWSHARD_TEST_POSTGRES_REPLICA_URL=postgresql+psycopg://postgres@127.0.0.1:5434/postgres
 #   SNOWSHARD_TEST_MYSQL2_URL=mysql+pymysql://root@127.0.0.1:3307/test
+#   SNOWSHARD_TEST_MYSQL_PRIMARY_URL=mysql+pymysql://root@127.0.0.1:3310/test
+#   SNOWSHARD_TEST_MYSQL_REPLICA_URL=mysql+pymysql://root@127.0.0.1:3311/test
 #
 # so a caller can `export` them:  while read -r l; do export "$l"; done < <(... | grep ^SNOWSHARD_)
 # Nothing here stops or restarts the main servers (the main cluster's pg_hba.conf gains one
@@ -29,6 +33,8 @@ PG_SECOND_PORT=5433
 PG_REPLICA_PORT=5434
 MARIADB_MAIN_PORT=3306
 MARIADB2_PORT=3307   # data in /var/lib/mysql2, socket /run/mysqld/mysql2.sock
+MARIADB_PRIMARY_PORT=3310   # binary log on: the primary of the replica below
+MARIADB_REPLICA_PORT=3311   # replicates 3310
 
 say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
@@ -66,11 +72,13 @@ HBA
 }
 
 # ------------------------------------------------------------------ MariaDB, second server
-# mariadb_server PORT NAME: a mariadbd on 127.0.0.1:PORT with data in /var/lib/NAME, socket
-# and pid file /run/mysqld/NAME.{sock,pid}, log /var/log/mysql/NAME.err; root@127.0.0.1
-# without a password, database `test`. Left alone when root can already log in on PORT.
+# mariadb_server PORT NAME [OPTION...]: a mariadbd on 127.0.0.1:PORT with data in
+# /var/lib/NAME, socket and pid file /run/mysqld/NAME.{sock,pid}, log /var/log/mysql/NAME.err;
+# root@127.0.0.1 without a password, database `test`; OPTIONs go to mariadbd. Left alone
+# when root can already log in on PORT.
 mariadb_server() {
     local port=$1 name=$2
+    local options=("${@:3}")
     local datadir=/var/lib/$name socket=/run/mysqld/$name.sock pidfile=/run/mysqld/$name.pid
     mariadb_socket_up() { mariadb-admin --protocol=socket --socket="$socket" -uroot ping; }
     if ! mariadb_root_tcp "$port"; then
@@ -91,7 +99,8 @@ mariadb_server() {
                 --datadir="$datadir" --port="$port" --bind-address=127.0.0.1 \
                 --socket="$socket" --pid-file="$pidfile" \
                 --log-error="/var/log/mysql/$name.err" --skip-name-resolve \
-                --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
+                --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
+                "${options[@]}"
         fi
         wait_for "MariaDB on $port (socket $socket)" mariadb_socket_up
         # skip-name-resolve: TCP logins from 127.0.0.1 match 'root'@'127.0.0.1' only.
@@ -123,6 +132,11 @@ for extra in "$@"; do
     mariadb_server "$extra" "mysql-$extra" &
     mariadb_jobs+=($!)
 done
+mariadb_server "$MARIADB_PRIMARY_PORT" mysql-primary --server-id=10 --log-bin=mysql-bin \
+    --binlog-format=ROW &
+mariadb_jobs+=($!)
+mariadb_server "$MARIADB_REPLICA_PORT" mysql-replica --server-id=11 &
+mariadb_jobs+=($!)
 
 # ------------------------------------------------------------------ PostgreSQL, second cluster
 if ! pg_up "$PG_SECOND_PORT"; then
@@ -187,7 +201,41 @@ for pid in "${mariadb_jobs[@]}"; do
     wait "$pid" || die "a MariaDB server did not come up (see above)"
 done
 
-say "ready: PostgreSQL $PG_SECOND_PORT, replica $PG_REPLICA_PORT (of $PG_MAIN_PORT), MariaDB $MARIADB2_PORT"
+# ------------------------------------------------------------------ MariaDB, replica of 3310
+replica_sql_running() {
+    [ "$(mariadb_at "$MARIADB_REPLICA_PORT" -e 'SHOW SLAVE STATUS\G' | awk '$1 == "Slave_SQL_Running:" {print $2}')" = Yes ]
+}
+[ "$(mariadb_at "$MARIADB_PRIMARY_PORT" -Ne 'SELECT @@log_bin')" = 1 ] ||
+    die "MariaDB on $MARIADB_PRIMARY_PORT has no binary log (an older server without --log-bin: stop it and run again)"
+if ! replica_sql_running; then
+    # start from the primary's current position: what it did before (its own setup) is
+    # not replayed; both have root@127.0.0.1 and `test` from mariadb_server already
+    position=$(mariadb_at "$MARIADB_PRIMARY_PORT" -Ne 'SELECT @@gtid_binlog_pos')
+    say "making MariaDB $MARIADB_REPLICA_PORT a replica of $MARIADB_PRIMARY_PORT (from GTID '$position')"
+    mariadb_at "$MARIADB_REPLICA_PORT" <<SQL
+STOP SLAVE;
+RESET SLAVE ALL;
+SET GLOBAL gtid_slave_pos = '$position';
+CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = $MARIADB_PRIMARY_PORT,
+    MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos,
+    MASTER_CONNECT_RETRY = 1;
+START SLAVE;
+SQL
+fi
+mariadb_at "$MARIADB_REPLICA_PORT" -e 'STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 0; START SLAVE'
+wait_for "the MariaDB replica on $MARIADB_REPLICA_PORT to run" replica_sql_running
+# Proof that it replicates: a row written on the primary shows up on the replica.
+mariadb_at "$MARIADB_PRIMARY_PORT" -e "CREATE TABLE IF NOT EXISTS test.snowshard_replica_probe (token VARCHAR(80) PRIMARY KEY)"
+mariadb_at "$MARIADB_PRIMARY_PORT" -e "INSERT INTO test.snowshard_replica_probe VALUES ('$token')"
+mariadb_replica_has_token() {
+    [ "$(mariadb_at "$MARIADB_REPLICA_PORT" -Ne "SELECT count(*) FROM test.snowshard_replica_probe WHERE token = '$token'" 2>/dev/null)" = 1 ]
+}
+wait_for "a row written on $MARIADB_PRIMARY_PORT to reach the replica on $MARIADB_REPLICA_PORT" mariadb_replica_has_token
+mariadb_at "$MARIADB_PRIMARY_PORT" -e "DELETE FROM test.snowshard_replica_probe WHERE token = '$token'"
+
+say "ready: PostgreSQL $PG_SECOND_PORT, replica $PG_REPLICA_PORT (of $PG_MAIN_PORT), MariaDB $MARIADB2_PORT, MariaDB replica $MARIADB_REPLICA_PORT (of $MARIADB_PRIMARY_PORT)"
 echo "SNOWSHARD_TEST_POSTGRES2_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_SECOND_PORT/postgres"
 echo "SNOWSHARD_TEST_POSTGRES_REPLICA_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_REPLICA_PORT/postgres"
 echo "SNOWSHARD_TEST_MYSQL2_URL=mysql+pymysql://root@127.0.0.1:$MARIADB2_PORT/test"
+echo "SNOWSHARD_TEST_MYSQL_PRIMARY_URL=mysql+pymysql://root@127.0.0.1:$MARIADB_PRIMARY_PORT/test"
+echo "SNOWSHARD_TEST_MYSQL_REPLICA_URL=mysql+pymysql://root@127.0.0.1:$MARIADB_REPLICA_PORT/test"

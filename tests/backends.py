@@ -11,13 +11,17 @@ Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
        SNOWSHARD_TEST_POSTGRES_REPLICA_URL  postgresql+psycopg://postgres@127.0.0.1:5434/postgres
        SNOWSHARD_TEST_MYSQL_URL             mysql+pymysql://root@127.0.0.1:3306/test
        SNOWSHARD_TEST_MYSQL2_URL            mysql+pymysql://root@127.0.0.1:3307/test
+       SNOWSHARD_TEST_MYSQL_PRIMARY_URL     mysql+pymysql://root@127.0.0.1:3310/test
+       SNOWSHARD_TEST_MYSQL_REPLICA_URL     mysql+pymysql://root@127.0.0.1:3311/test
        SNOWSHARD_TEST_REDIS_URL             redis://127.0.0.1:6379/0
 
    ``POSTGRES2`` and ``MYSQL2`` are second servers of each kind (``.ci/servers.sh`` starts
    them in CI; ``docker-compose.yml`` describes them); when one is unset, its fixture falls
    back to the first server of its kind, so the multi-database tests still run, on one
    server. ``POSTGRES_REPLICA`` is a streaming replica (hot standby) of the first PostgreSQL
-   server; it has no fallback: tests that need it skip without it.
+   server; it has no fallback: tests that need it skip without it. ``MYSQL_PRIMARY`` and
+   ``MYSQL_REPLICA`` are a MariaDB primary (binary log on) and its replica, a pair of their
+   own (the main MariaDB keeps no binary log); no fallback either.
 
    A URL that is set but does not answer is reported (skip, or fail, see below); it never
    silently falls back to a container.
@@ -36,7 +40,7 @@ can be repeated against the same servers. Redis tests get a unique key prefix an
 Fixtures (all return plain strings / small objects, never engines):
 
 * session: ``postgres_url``, ``postgres2_url``, ``postgres_replica_url``, ``mysql_url``,
-  ``mysql2_url``, ``redis_url`` - server-level admin URLs (psycopg 3 / PyMySQL / redis-py).
+  ``mysql2_url``, ``mysql_primary_url``, ``mysql_replica_url``, ``redis_url`` - server-level admin URLs (psycopg 3 / PyMySQL / redis-py).
 * function: ``database_factory(backend, count=1, *, server_url=None) -> list[str]`` with
   backend in ``"sqlite"``, ``"postgresql"``, ``"mysql"``; ``database_factory.engine(url, **kw)``
   creates an engine that is disposed before the databases are dropped. Without
@@ -82,6 +86,8 @@ __all__ = [
     "DB_NAME_PREFIX",
     "ENV_URLS",
     "MYSQL2_ENV",
+    "MYSQL_PRIMARY_ENV",
+    "MYSQL_REPLICA_ENV",
     "POSTGRES2_ENV",
     "POSTGRES_REPLICA_ENV",
     "REQUIRE_ENV",
@@ -104,6 +110,8 @@ REQUIRE_ENV = "SNOWSHARD_REQUIRE_BACKENDS"
 POSTGRES2_ENV = "SNOWSHARD_TEST_POSTGRES2_URL"
 MYSQL2_ENV = "SNOWSHARD_TEST_MYSQL2_URL"
 POSTGRES_REPLICA_ENV = "SNOWSHARD_TEST_POSTGRES_REPLICA_URL"
+MYSQL_PRIMARY_ENV = "SNOWSHARD_TEST_MYSQL_PRIMARY_URL"
+MYSQL_REPLICA_ENV = "SNOWSHARD_TEST_MYSQL_REPLICA_URL"
 SECOND_SERVER_ENV_URLS: dict[str, str] = {"postgresql": POSTGRES2_ENV, "mysql": MYSQL2_ENV}
 ENV_URLS: dict[str, str] = {
     "postgresql": "SNOWSHARD_TEST_POSTGRES_URL",
@@ -481,6 +489,26 @@ def mysql2_url(request: pytest.FixtureRequest) -> str:
     return _second_server(request, "mysql")
 
 
+def _required_server(backend: str, var: str, role: str) -> str:
+    url = env_server_url(backend, var, role)
+    if url is None:
+        backend_unavailable(f"{backend}: ${var} ({role}) is not set")
+    return url
+
+
+@pytest.fixture(scope="session")
+def mysql_primary_url() -> str:
+    """A MariaDB primary with a binary log ($SNOWSHARD_TEST_MYSQL_PRIMARY_URL), the source
+    of :func:`mysql_replica_url`. Skips when unset - fails under SNOWSHARD_REQUIRE_BACKENDS=1."""
+    return _required_server("mysql", MYSQL_PRIMARY_ENV, "a MariaDB primary")
+
+
+@pytest.fixture(scope="session")
+def mysql_replica_url() -> str:
+    """A MariaDB replica of :func:`mysql_primary_url` ($SNOWSHARD_TEST_MYSQL_REPLICA_URL)."""
+    return _required_server("mysql", MYSQL_REPLICA_ENV, "the replica of the MariaDB primary")
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """Redis server URL (redis://...)."""
@@ -816,6 +844,8 @@ _FIXTURE_MARKERS = {
     "mysql_url": "mysql",
     "mysql2_url": "mysql",
     "mysql2_database_url": "mysql",
+    "mysql_primary_url": "mysql",
+    "mysql_replica_url": "mysql",
     "mysql_database_url": "mysql",
     "redis_url": "redis",
     "redis_db": "redis",

@@ -226,3 +226,26 @@ class Writers:
             session.commit()
         with self._lock:
             self.done[kind] += 1
+
+
+def replicated_world(
+    database_factory: Any, backend: str, primary_url: str, replica_url: str
+) -> tuple[ReshardWorld, sa.Engine]:
+    """The old layout (300 rows) in a new database on ``primary_url``, and an engine on the
+    same database through ``replica_url`` (a real replica of that server), returned once
+    the replica has the rows."""
+    from sqlalchemy.engine import make_url
+
+    from tests.backends import wait_for_replica
+
+    (url,) = database_factory(backend, 1, server_url=primary_url)
+    world = build({"default": database_factory.engine(url)}, two_databases=False)
+    copy = make_url(replica_url).set(database=make_url(url).database)
+    replica = database_factory.engine(copy.render_as_string(hide_password=False), pool_pre_ping=True)
+
+    def has_rows() -> bool:
+        with replica.connect() as connection:
+            return bool(connection.execute(sa.text("SELECT count(*) FROM rs_orders_00")).scalar_one())
+
+    wait_for_replica(has_rows, "the test database's rows")
+    return world, replica

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from snowshard.operations.reshard import Reshard, ReshardError, ReshardPlanError, Throttle
 from tests.backends import DatabaseFactory, wait_for_replica
-from tests.reshard_world import ReshardWorld, build
+from tests.reshard_world import ReshardWorld, build, replicated_world
 
 
 @pytest.fixture
@@ -24,20 +22,10 @@ def sqlite_world(database_factory: DatabaseFactory) -> ReshardWorld:
 
 
 @pytest.fixture
-def streaming(database_factory: DatabaseFactory, postgres_url: str, postgres_replica_url: str) -> Iterator[tuple[ReshardWorld, sa.Engine]]:
+def streaming(database_factory: DatabaseFactory, postgres_url: str, postgres_replica_url: str) -> tuple[ReshardWorld, sa.Engine]:
     """The old layout in a database on the first PostgreSQL server, and the engine of its
     copy on the streaming replica (once the replica has the rows)."""
-    (url,) = database_factory("postgresql", 1, server_url=postgres_url)
-    world = build({"default": database_factory.engine(url)}, two_databases=False)
-    copy = make_url(postgres_replica_url).set(database=make_url(url).database)
-    replica = database_factory.engine(copy.render_as_string(hide_password=False), pool_pre_ping=True)
-
-    def has_rows() -> bool:
-        with replica.connect() as connection:
-            return bool(connection.execute(sa.text("SELECT count(*) FROM rs_orders_00")).scalar_one())
-
-    wait_for_replica(has_rows, "the test database's rows")
-    yield world, replica
+    return replicated_world(database_factory, "postgresql", postgres_url, postgres_replica_url)
 
 
 def _replay(replica: sa.Engine, action: str) -> None:
@@ -120,9 +108,9 @@ def test_bad_limits_are_refused(value: Any) -> None:
 
 
 def test_a_sqlite_replica_is_refused(sqlite_world: ReshardWorld) -> None:
-    """Only PostgreSQL standbys have a measured lag: another database is refused up front."""
+    """Only PostgreSQL standbys and MariaDB replicas have a measured lag: SQLite is refused up front."""
     job = Reshard(sqlite_world.plan(), sqlite_world.engines, replicas={"default": [sqlite_world.bind]})
-    with pytest.raises(ReshardPlanError, match=r"PostgreSQL hot standbys only, not on sqlite"):
+    with pytest.raises(ReshardPlanError, match=r"PostgreSQL hot standbys and MariaDB/MySQL replicas only, not on sqlite"):
         job.start(max_replica_lag=1)
     assert job.phase() is None
 

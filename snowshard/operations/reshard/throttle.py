@@ -5,8 +5,14 @@ replica that falls behind serves stale reads (and, promoted, would lose writes),
 copy waits before each chunk while any watched replica is more than ``max_replica_lag``
 seconds behind its primary.
 
-Replica lag is read on the replica itself. PostgreSQL (a hot standby): 0 when it has
-replayed all the WAL it received, else the age of the last transaction it replayed.
+Replica lag is read on the replica itself:
+
+* PostgreSQL (a hot standby): 0 when it has replayed all the WAL it received, else the
+  age of the last transaction it replayed;
+* MariaDB/MySQL: ``Seconds_Behind_Master`` of ``SHOW SLAVE STATUS`` (whole seconds; it
+  counts a ``MASTER_DELAY`` too). A replica whose SQL thread is stopped has no lag to
+  read: the copy stops with :class:`~.errors.ReshardError` naming it (and its last error).
+
 Other databases are refused up front: their lag is not measured here.
 """
 
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
@@ -33,16 +40,27 @@ _PG_LAG = text(
 )
 
 
+_MYSQL_LAG = text("SHOW SLAVE STATUS")
+
+
 def replica_lag(engine: Engine) -> float:
-    """Seconds ``engine`` (a PostgreSQL hot standby) is behind its primary."""
-    if engine.dialect.name != "postgresql":
+    """Seconds ``engine`` (a PostgreSQL hot standby or a MariaDB/MySQL replica) is behind
+    its primary."""
+    name = engine.dialect.name
+    if name not in ("postgresql", "mysql", "mariadb"):
         raise ReshardPlanError(
-            f"replica lag is measured on PostgreSQL hot standbys only, not on {engine.dialect.name} "
-            f"({redact_sqlalchemy_url(engine.url)}): throttle that copy with rows_per_second instead"
+            f"replica lag is measured on PostgreSQL hot standbys and MariaDB/MySQL replicas "
+            f"only, not on {name} ({redact_sqlalchemy_url(engine.url)}): throttle that copy "
+            "with rows_per_second instead"
         )
     try:
         with engine.connect() as connection:
-            in_recovery, lag = connection.execute(_PG_LAG).one()
+            if name == "postgresql":
+                in_recovery, lag = connection.execute(_PG_LAG).one()
+            else:
+                status = connection.execute(_MYSQL_LAG).mappings().first()
+                in_recovery = status is not None
+                lag = _mysql_lag(engine, status) if status is not None else 0
     except DBAPIError as error:
         cause = scrub(f"{type(error.orig).__name__}: {error.orig}", url_secrets(engine.url))
         raise ReshardError(
@@ -51,11 +69,28 @@ def replica_lag(engine: Engine) -> float:
             "answers, or without max_replica_lag"
         ) from None
     if not in_recovery:
+        test = "pg_is_in_recovery() is false" if name == "postgresql" else "SHOW SLAVE STATUS is empty"
         raise ReshardPlanError(
-            f"{redact_sqlalchemy_url(engine.url)} is not a replica (pg_is_in_recovery() is false): "
+            f"{redact_sqlalchemy_url(engine.url)} is not a replica ({test}): "
             "pass the standbys of the target databases as replicas"
         )
     return float(lag)
+
+
+def _mysql_lag(engine: Engine, status: Mapping[Any, object]) -> object:
+    """``Seconds_Behind_Master``, or ReshardError when the replica does not apply changes."""
+    lag = status.get("Seconds_Behind_Master")
+    if lag is None or status.get("Slave_SQL_Running") != "Yes":
+        last = status.get("Last_SQL_Error") or status.get("Last_IO_Error") or "no error reported"
+        cause = scrub(str(last), url_secrets(engine.url))
+        raise ReshardError(
+            f"replica {redact_sqlalchemy_url(engine.url)} does not apply changes "
+            f"(Slave_SQL_Running = {status.get('Slave_SQL_Running')}, Slave_IO_Running = "
+            f"{status.get('Slave_IO_Running')}; {cause}), so its lag cannot be read; the copy "
+            "stopped at its last checkpoint: run start again once replication runs, or "
+            "without max_replica_lag"
+        )
+    return lag
 
 
 @dataclass
