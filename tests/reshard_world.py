@@ -40,19 +40,20 @@ def _columns() -> dict[str, Any]:
     }
 
 
-def declare(databases: Mapping[str, range] | None) -> tuple[type, type]:
+def declare(databases: Mapping[str, range] | None, counts: tuple[int, int] = (4, 8)) -> tuple[type, type]:
     """The old and new declarations of ``rs_orders`` (optionally over databases a/b),
-    each in a declarative base of its own, fresh for every world."""
+    each in a declarative base of its own, fresh for every world; ``counts``: their table
+    counts (one database only, when not 4 and 8)."""
     old_base = type("OldBase", (DeclarativeBase,), {})
     new_base = type("NewBase", (DeclarativeBase,), {})
     old_db = {} if databases is None else {"a": range(0, 2), "b": range(2, 4)}
     new_db = {} if databases is None else {"a": range(0, 4), "b": range(4, 8)}
     old = type("Order", (Sharded, old_base), {
-        "__tablename__": "rs_orders", "__shards__": Shards(4, key="user_id", databases=old_db),
+        "__tablename__": "rs_orders", "__shards__": Shards(counts[0], key="user_id", databases=old_db),
         **_columns()})
     new = type("OrderV2", (Sharded, new_base), {
         "__tablename__": "rs_orders", "__shards__": Shards(
-            8, key="user_id", pattern="{name}_v2_{index:02d}", databases=new_db),
+            counts[1], key="user_id", pattern="{name}_v2_{index:02d}", databases=new_db),
         **_columns()})
     return old, new
 

@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, insert, select, update
 from sqlalchemy.orm import DeclarativeBase, mapped_column
 
-from snowshard.operations.reshard import ReshardPhaseError, ReshardPlan, ReshardPlanError
+from snowshard.operations.reshard import Reshard, ReshardPhaseError, ReshardPlan, ReshardPlanError
 from snowshard.sharding import Sharded, Shards, sharded_model
 from snowshard.sharding.shard_map import ShardMap, StaleShardMap
 from tests.backends import DatabaseFactory
-from tests.reshard_world import ReshardWorld, Writers, build
+from tests.reshard_world import ReshardWorld, Writers, build, declare
 from tests.test_sharding_helpers import BACKEND_MARKS
 
 ONE_DB = [pytest.param(b, id=b, marks=BACKEND_MARKS[b]) for b in ("sqlite", "postgresql", "mysql")]
@@ -66,6 +66,32 @@ def test_move_between_two_databases_under_writers_equals_the_twin(two_db: Reshar
     _move(two_db)
     assert two_db.rows_of(two_db.new) == two_db.twin_rows()
     assert two_db.placed_right(two_db.new)
+
+
+def test_merge_tables_under_writers_equals_the_twin(database_factory: DatabaseFactory) -> None:
+    """4 -> 2 tables (a merge) while writers write: the new layout equals the twin."""
+    (engine,) = _engines(database_factory, "sqlite", 1)
+    world = build({"default": engine}, two_databases=False, models=declare(None, (4, 2)))
+    _move(world)
+    assert world.rows_of(world.new) == world.twin_rows()
+    assert world.placed_right(world.new)
+
+
+def test_a_second_job_on_the_same_table_is_refused(one_db: ReshardWorld) -> None:
+    """While job 'rs-orders' is not cleaned up (rolled back included), another job moving
+    rs_orders may not start; once it is cleaned up, the other runs."""
+    first = one_db.job()
+    first.start()
+    other = Reshard(ReshardPlan.between(
+        sharded_model(one_db.old), sharded_model(one_db.new), job="rs-orders-again"), one_db.engines)
+    for expected in ("copied", "rolled_back"):
+        with pytest.raises(ReshardPhaseError, match=rf"'rs_orders' is being moved by job 'rs-orders' \({expected}\)"):
+            other.start()
+        assert other.phase() is None
+        if expected == "copied":
+            first.rollback()
+    first.cleanup()
+    assert other.start().copied == 300
 
 
 def test_cleanup_drops_the_old_tables(one_db: ReshardWorld) -> None:

@@ -27,6 +27,7 @@ the same job is refused with ``ReshardJobBusy`` before it writes anything.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -247,6 +248,7 @@ class Reshard:
         for engine in self.engines.values():
             METADATA.create_all(engine, checkfirst=True)
         if phase is None:
+            self._refuse_a_second_job()
             self._set_phase("copying", expect=(None,))
         targets = self.plan.tables(self.plan.target)
         for database, indices in self.plan.by_database(self.plan.target):
@@ -274,6 +276,22 @@ class Reshard:
         if self.phase() == "copying":
             self._set_phase("copied", expect=("copying",))
         return self.status()
+
+    def _refuse_a_second_job(self) -> None:
+        """Two jobs moving one table would each capture, fence and flip its map: refuse a
+        new job while another job of the same table is not cleaned up."""
+        with self.control.connect() as connection:
+            rows = connection.execute(
+                select(JOBS.c.job, JOBS.c.phase, JOBS.c.plan)
+                .where(JOBS.c.job != self.plan.job, JOBS.c.phase != "done")
+            ).all()
+        for job, phase, plan in rows:
+            if json.loads(plan).get("table") == self.plan.logical.name:
+                raise ReshardPhaseError(
+                    f"table {self.plan.logical.name!r} is being moved by job {job!r} ({phase}); "
+                    f"one job per table at a time: finish it (cutover, cleanup) or roll it back "
+                    f"and clean up before starting {self.plan.job!r}"
+                )
 
     def _capture(self, plan: ReshardPlan) -> None:
         """Capture changes of ``plan``'s source tables, one transaction per database."""
