@@ -189,3 +189,12 @@ def test_start_while_the_job_runs_elsewhere_is_a_clean_error(
     err = capsys.readouterr().err
     assert "is running in another process" in err and "Traceback" not in err
     assert not {f"rs_orders_v2_{i:02d}" for i in range(8)} & _tables(world)
+
+
+def test_plan_alembic_prints_the_revision_lines(world: ReshardWorld) -> None:
+    """plan --alembic prints create_sharded_table / create_sharded_index and writes nothing."""
+    result = _run(world, "plan", "--alembic")
+    assert result.exit_code == 0, result.output
+    assert "op.create_sharded_table(ShardSpec('rs_orders', 8" in result.output
+    assert "op.create_sharded_index('ix_{table}_user_id'" in result.output
+    assert not {f"rs_orders_v2_{i:02d}" for i in range(8)} & _tables(world)

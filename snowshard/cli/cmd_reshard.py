@@ -186,10 +186,17 @@ def reshard_group() -> None:
 
 @reshard_group.command("plan")
 @_shared
-def plan_command() -> None:
+@click.option("--alembic", is_flag=True,
+              help="Also print the Alembic upgrade() lines that create the target tables.")
+def plan_command(alembic: bool) -> None:
     """Print the plan and its size; write nothing (the dry run of the whole job)."""
     with _open(click.get_current_context()) as job:
         _describe(job)
+        if alembic:
+            from snowshard.operations.reshard.targets import revision_text
+
+            _say("  target tables as an Alembic revision (start creates any still missing):")
+            _say(revision_text(job.reshard.plan))
 
 
 def _describe(job: _Job) -> None:
@@ -216,7 +223,7 @@ def _describe(job: _Job) -> None:
 @click.option("--rows-per-second", type=click.FloatRange(min=1), default=None,
               help="Throttle the copy to about this many rows per second.")
 @click.option("--replica", "replica", multiple=True, metavar="KEY=URL",
-              help="A PostgreSQL standby of database KEY to watch (repeat).")
+              help="A PostgreSQL standby or MariaDB replica of database KEY to watch (repeat).")
 @click.option("--max-replica-lag", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS", help="Pause the copy while a --replica is further behind.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and its size; write nothing.")

@@ -5,7 +5,8 @@ Phases (kept in ``snowshard_reshard_jobs`` of the control database)::
     copying --start--> copied --cutover--> switched --cleanup--> done
        \\__________________\\___rollback___/--> rolled_back --cleanup--> done
 
-* ``start``: creates the target tables and the state tables, installs change capture on
+* ``start``: creates the target tables (with snowshard's migration operations,
+  :mod:`.targets`) and the state tables, installs change capture on
   every source table, copies (:mod:`.copy`), then applies the changes made meanwhile
   (:mod:`.catchup`). Run it again after a crash: it resumes from the checkpoints.
 * ``cutover``: catches up until few changes are left, installs capture on the target
@@ -43,6 +44,7 @@ from snowshard.operations.reshard.errors import ReshardPhaseError, ReshardPlanEr
 from snowshard.operations.reshard.lock import JobLock
 from snowshard.operations.reshard.plan import Placement, ReshardPlan
 from snowshard.operations.reshard.state import COPIED, JOBS, LOG, METADATA, SHARD_MAP
+from snowshard.operations.reshard.targets import create_targets
 from snowshard.operations.reshard.throttle import Throttle
 from snowshard.operations.reshard.verify import VerifyReport, compare_keys, verify
 from snowshard.redaction import redact_sqlalchemy_url
@@ -250,11 +252,8 @@ class Reshard:
         if phase is None:
             self._refuse_a_second_job()
             self._set_phase("copying", expect=(None,))
+        create_targets(self.plan, self.engines)  # as a revision's create_sharded_table would
         targets = self.plan.tables(self.plan.target)
-        for database, indices in self.plan.by_database(self.plan.target):
-            with self.engines[database].begin() as connection:
-                for index in indices:
-                    targets[index].create(connection, checkfirst=True)
         self._capture(self.plan)
         total = self._count(self.plan.source)
         done = self.status().copied

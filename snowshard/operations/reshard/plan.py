@@ -57,10 +57,14 @@ def physical_table(logical: Table, name: str, metadata: MetaData) -> Table:
         if isinstance(referred, Table) and referred.key not in metadata.tables:
             referred.to_metadata(metadata)
     table = logical.to_metadata(metadata, name=name)
+    # names from a naming convention were made again for the new name by to_metadata;
+    # only names given on the logical table are still the same and need renaming
+    named: list[Any] = [*logical.indexes, *logical.constraints]
+    given = {item.name for item in named if item.name}
     items: list[Any] = [*table.indexes, *table.constraints]
     for item in items:
         old = item.name
-        if isinstance(old, str) and old:
+        if isinstance(old, str) and old and old in given:
             item.name = old.replace(logical.name, name) if logical.name in old else f"{name}_{old}"
     return table
 
