@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The extra database servers of the multi-server tests, on this machine (no Docker):
 #
-#   127.0.0.1:5433  a second PostgreSQL cluster ("second"), trust auth, prepared transactions
+#   127.0.0.1:5433  a second PostgreSQL cluster ("second"), trust auth, prepared transactions,
+#                   wal_level=logical (reshard's logical-replication capture)
 #   127.0.0.1:5434  a streaming replica ("replica", hot standby) of the main cluster on 5432
 #   127.0.0.1:3307  a second MariaDB server (data in /var/lib/mysql2), root@127.0.0.1 with no
 #                   password, like the main server on 3306
@@ -143,7 +144,7 @@ if ! pg_up "$PG_SECOND_PORT"; then
     if [ ! -d "/etc/postgresql/$PG_VERSION/second" ]; then
         say "creating PostgreSQL cluster $PG_VERSION/second on port $PG_SECOND_PORT"
         pg_createcluster -q "$PG_VERSION" second -p "$PG_SECOND_PORT" \
-            -o max_prepared_transactions=32 >/dev/null
+            -o max_prepared_transactions=32 -o wal_level=logical >/dev/null
         trust_local_tcp second
     fi
     say "starting PostgreSQL cluster $PG_VERSION/second"
@@ -152,6 +153,16 @@ fi
 wait_for "PostgreSQL on $PG_SECOND_PORT" pg_up "$PG_SECOND_PORT"
 [ "$(psql_at "$PG_SECOND_PORT" 'SHOW max_prepared_transactions')" != 0 ] ||
     die "cluster $PG_VERSION/second has max_prepared_transactions = 0"
+if [ "$(psql_at "$PG_SECOND_PORT" 'SHOW wal_level')" != logical ]; then
+    # a cluster made before wal_level=logical was asked for: set it (a restart of this
+    # cluster only, which belongs to the tests)
+    say "setting wal_level = logical on $PG_VERSION/second (restart)"
+    psql_at "$PG_SECOND_PORT" 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+    pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" second restart
+    wait_for "PostgreSQL on $PG_SECOND_PORT" pg_up "$PG_SECOND_PORT"
+fi
+[ "$(psql_at "$PG_SECOND_PORT" 'SHOW wal_level')" = logical ] ||
+    die "cluster $PG_VERSION/second does not run with wal_level = logical"
 
 # ------------------------------------------------------------------ PostgreSQL, replica of 5432
 main_hba=$(psql_at "$PG_MAIN_PORT" 'SHOW hba_file')

@@ -198,3 +198,19 @@ def test_plan_alembic_prints_the_revision_lines(world: ReshardWorld) -> None:
     assert "op.create_sharded_table(ShardSpec('rs_orders', 8" in result.output
     assert "op.create_sharded_index('ix_{table}_user_id'" in result.output
     assert not {f"rs_orders_v2_{i:02d}" for i in range(8)} & _tables(world)
+
+
+@pytest.mark.postgres
+def test_capture_logical_from_the_command_line(database_factory: DatabaseFactory, postgres2_url: str) -> None:
+    """start --capture logical, then cutover without it is refused (exit 1, no traceback);
+    cutover and cleanup with it finish the move."""
+    (url,) = database_factory("postgresql", 1, server_url=postgres2_url)
+    world = build({"default": database_factory.engine(url)}, two_databases=False, models=(Order, OrderV2))
+    base = [*MODELS, "--db", f"default={url}"]
+    started = CliRunner().invoke(reshard_group, ["start", *base, "--capture", "logical"])
+    assert started.exit_code == 0, started.output
+    assert main(["reshard", "cutover", *base]) == 1
+    for step in ("cutover", "cleanup"):
+        result = CliRunner().invoke(reshard_group, [step, *base, "--capture", "logical"])
+        assert result.exit_code == 0, result.output
+    assert world.rows_of(world.new) == world.twin_rows()

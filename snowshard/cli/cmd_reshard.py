@@ -109,7 +109,8 @@ def _open(
     old = _model(options["old"], "OLD")
     new = _model(options["new"], "NEW")
     plan = ReshardPlan.between(
-        old, new, job=options["job"], control=options["control"], chunk_rows=options["chunk_rows"]
+        old, new, job=options["job"], control=options["control"], chunk_rows=options["chunk_rows"],
+        capture=options["capture"],
     )
     engines = {key: create_engine(url, poolclass=NullPool) for key, url in options["db"].items()}
     standbys = {key: [create_engine(url, poolclass=NullPool) for url in urls]
@@ -134,11 +135,16 @@ def _shared(command: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--chunk-rows", type=click.IntRange(1, 1_000_000), default=10_000, show_default=True)
     @click.option("--lock-wait", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
                   metavar="SECONDS", help="How long to wait for another run of the job to end.")
+    @click.option("--capture", type=click.Choice(["triggers", "logical"]), default="triggers",
+                  show_default=True, help="How changes are captured (logical: PostgreSQL "
+                  "logical replication, wal_level=logical); every step of a job the same.")
     @click.pass_context
     def wrapper(ctx: click.Context, /, old: str, new: str, db: tuple[str, ...], job: str | None,
-                control: str | None, chunk_rows: int, lock_wait: float, **kw: Any) -> Any:
+                control: str | None, chunk_rows: int, lock_wait: float, capture: str,
+                **kw: Any) -> Any:
         ctx.obj = {"old": old, "new": new, "db": _databases(db), "job": job,
-                   "control": control, "chunk_rows": chunk_rows, "lock_wait": lock_wait}
+                   "control": control, "chunk_rows": chunk_rows, "lock_wait": lock_wait,
+                   "capture": capture}
         return ctx.invoke(command, **kw)
 
     wrapper.__doc__ = command.__doc__

@@ -3,7 +3,8 @@
 ``python -m tests.faults.reshard_child SPEC`` where SPEC is JSON: ``urls`` (database key
 -> URL), ``two_databases``, ``step`` (``start``, ``cutover``, ``rollback`` or
 ``cleanup``), ``kill_at`` ([progress step, calls]: SIGKILL itself at that progress call),
-``signal`` (optional, ``"SIGSTOP"`` to stop there instead of dying) and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
+``signal`` (optional, ``"SIGSTOP"`` to stop there instead of dying), ``capture``
+(optional, ``"logical"``) and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
 and runs the step; if the kill point is never reached it exits 0.
 """
 
@@ -27,7 +28,8 @@ __all__ = ["main"]
 def main(spec: dict[str, Any]) -> None:
     old, new = declare({"a": range(2)} if spec["two_databases"] else None)
     plan = ReshardPlan.between(
-        sharded_model(old), sharded_model(new), job="rs-orders", chunk_rows=spec["chunk_rows"]
+        sharded_model(old), sharded_model(new), job="rs-orders", chunk_rows=spec["chunk_rows"],
+        capture=spec.get("capture", "triggers"),
     )
     kill_step, kill_calls = spec["kill_at"]
     calls = 0

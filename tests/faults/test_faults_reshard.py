@@ -55,10 +55,10 @@ def _urls(world: ReshardWorld) -> dict[str, str]:
     return {k: e.url.render_as_string(hide_password=False) for k, e in world.engines.items()}
 
 
-def _killed(world: ReshardWorld, step: str, kill_at: tuple[str, int]) -> None:
+def _killed(world: ReshardWorld, step: str, kill_at: tuple[str, int], capture: str = "triggers") -> None:
     """Run ``step`` in a child that SIGKILLs itself at ``kill_at``; assert it was killed."""
     spec = {"urls": _urls(world), "two_databases": world.control == "a", "step": step,
-            "kill_at": list(kill_at), "chunk_rows": CHUNK}
+            "kill_at": list(kill_at), "chunk_rows": CHUNK, "capture": capture}
     done = subprocess.run(
         [sys.executable, "-m", "tests.faults.reshard_child", json.dumps(spec)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
@@ -202,3 +202,29 @@ def test_a_second_run_is_refused_while_the_first_is_stopped(world: ReshardWorld,
         _finish(job)
     job.cleanup()
     _assert_equal_to_twin(world, world.new)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kill_at", [("copy", 2), ("cutover", 2)], ids=["copy", "cutover-drained"])
+def test_kill_during_a_logical_capture_move_then_resume(
+    database_factory: DatabaseFactory, postgres2_url: str, kill_at: tuple[str, int]
+) -> None:
+    """capture='logical' (a replication slot, no triggers): start or cutover killed mid-way
+    and resumed under writers; the new layout equals the twin and the slot is gone."""
+    (url,) = database_factory("postgresql", 1, server_url=postgres2_url)
+    world = build({"default": database_factory.engine(url)}, two_databases=False)
+    job = Reshard(world.plan(chunk_rows=CHUNK, capture="logical"), world.engines)
+    with Writers(world):
+        if kill_at[0] == "cutover":
+            job.start()
+        _killed(world, "start" if kill_at[0] == "copy" else "cutover", kill_at, capture="logical")
+        if job.phase() in (None, "copying", "copied"):
+            job.start()
+        job.cutover()
+    job.cleanup()
+    _assert_equal_to_twin(world, world.new)
+    with world.bind.connect() as connection:
+        slots = connection.execute(sa.text(
+            "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+        )).scalar_one()
+    assert slots == 0

@@ -1,6 +1,7 @@
 """Catching up: apply the captured changes until the target equals the source.
 
-The triggers (:mod:`.triggers`) log, in the writer's own transaction, which primary key
+The triggers (:mod:`.triggers`), or the logical replication slot once :func:`collect`
+moved what it decoded (:mod:`.logical`), log, in the writer's own transaction, which primary key
 changed in which source table and its shard key (before a DELETE, after an INSERT; both
 when an UPDATE moves it). Applying a batch of the log makes each named row of the target
 equal the source's **current** row: delete it from the target tables its shard keys
@@ -19,16 +20,31 @@ from typing import Any
 from sqlalchemy import Engine, Table, delete, func, select
 
 from snowshard.operations.reshard.copy import OnRows, route_rows, write_routed
+from snowshard.operations.reshard.logical import pending, pump
 from snowshard.operations.reshard.plan import ReshardPlan
 from snowshard.operations.reshard.state import LOG
 from snowshard.operations.reshard.triggers import fence_bypass
 
-__all__ = ["apply_batch", "drain", "lag"]
+__all__ = ["apply_batch", "collect", "drain", "lag"]
+
+
+def collect(plan: ReshardPlan, engines: Mapping[str, Engine]) -> int:
+    """With logical capture, move what each source database's slot decoded into its change
+    log (:func:`.logical.pump`); with triggers there is nothing to move. Rows logged."""
+    if plan.capture != "logical":
+        return 0
+    return sum(
+        pump(engines[database], plan.job, plan.log_job, plan.pk, plan.target.key)
+        for database, _ in plan.by_database(plan.source)
+    )
 
 
 def lag(plan: ReshardPlan, engines: Mapping[str, Engine]) -> int:
-    """Changes captured and not yet applied, over every source database."""
+    """Changes captured and not yet applied, over every source database (with logical
+    capture, also the changes its slots decoded that are not in the log yet)."""
     total = 0
+    if plan.capture == "logical":
+        total += sum(pending(engines[database], plan.job) for database, _ in plan.by_database(plan.source))
     for database, _ in plan.by_database(plan.source):
         with engines[database].connect() as connection:
             total += connection.execute(
@@ -111,6 +127,7 @@ def drain(
     """Apply batches until at most ``until`` changes are left; the (table, pk) applied."""
     applied: set[tuple[str, int]] = set()
     while True:
+        collect(plan, engines)
         progressed = False
         for database, _ in plan.by_database(plan.source):
             done = apply_batch(plan, engines, database, sources, targets, fenced=fenced)

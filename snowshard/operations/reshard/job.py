@@ -37,7 +37,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Table, func, insert, select, update
 
-from snowshard.operations.reshard import triggers
+from snowshard.operations.reshard import logical, triggers
 from snowshard.operations.reshard.catchup import drain, lag
 from snowshard.operations.reshard.copy import copy_source_table
 from snowshard.operations.reshard.errors import ReshardPhaseError, ReshardPlanError, VerifyFailed
@@ -152,6 +152,11 @@ class Reshard:
         """Hold the job's lock (:mod:`.lock`) for a step; steps called by steps reuse it."""
         if self._lock_depth == 0:
             self._lock.acquire(self._lock_wait)
+            try:
+                self._same_capture()
+            except BaseException:
+                self._lock.release()
+                raise
         self._lock_depth += 1
         try:
             yield
@@ -247,6 +252,9 @@ class Reshard:
             on_wait=lambda _url, behind: self._tell("replica lag (ms)", round(behind * 1000), None),
         )
         phase = self._require(None, "copying", "copied")
+        if self.plan.capture == "logical":
+            for database, _ in self.plan.by_database(self.plan.source):
+                logical.check_logical(self.engines[database])
         for engine in self.engines.values():
             METADATA.create_all(engine, checkfirst=True)
         if phase is None:
@@ -292,10 +300,28 @@ class Reshard:
                     f"and clean up before starting {self.plan.job!r}"
                 )
 
+    def _same_capture(self) -> None:
+        """A job resumed with another capture would miss what the first one captures."""
+        with self.control.connect() as connection:
+            if not self.control.dialect.has_table(connection, JOBS.name):
+                return
+            stored = connection.execute(select(JOBS.c.plan).where(JOBS.c.job == self.plan.job)).scalar()
+        if stored is None:
+            return
+        began = json.loads(stored).get("capture", "triggers")
+        if began != self.plan.capture:
+            raise ReshardPlanError(
+                f"job {self.plan.job!r} started with capture={began!r}; resume it with the "
+                f"same capture, not {self.plan.capture!r}"
+            )
+
     def _capture(self, plan: ReshardPlan) -> None:
         """Capture changes of ``plan``'s source tables, one transaction per database."""
         for database, indices in plan.by_database(plan.source):
             tables = plan.tables(plan.source)
+            if plan.capture == "logical":
+                logical.install_logical(self.engines[database], plan.job, [tables[i] for i in indices])
+                continue
             with self.engines[database].begin() as connection:
                 for index in indices:
                     triggers.install_capture(
@@ -358,6 +384,7 @@ class Reshard:
         version = self._flip(self.plan.target)
         ended = time.monotonic()
         self._tell("cutover", 4, 4)  # map flipped
+        self._drop_slots(restore=False)  # the fenced sources change no more
         return CutoverReport(
             (ended - began) * 1000, len(applied), version,
             {"fence_ms": (fenced - began) * 1000, "drain_ms": (drained - fenced) * 1000,
@@ -403,10 +430,12 @@ class Reshard:
             self._tell("rollback", 2, 3)  # changes copied back
             self._lock.check()
             self._unfence(self.plan.source)
+            self._drop_slots(restore=True)
             self._flip(self.plan.source)
             self._tell("rollback", 3, 3)  # map flipped back
             return f"rolled back: {len(applied)} changes made after the cutover copied back"
         self._unfence(self.plan.source)
+        self._drop_slots(restore=True)
         self._set_phase("rolled_back")
         return "rolled back before cutover: the source tables were never fenced for long"
 
@@ -418,6 +447,17 @@ class Reshard:
             with self.engines[database].begin() as connection:
                 for index in indices:
                     triggers.install_fence(connection, tables[index], job=self.plan.job)
+
+    def _drop_slots(self, *, restore: bool) -> None:
+        """Logical capture: drop each source database's slot and publication (WAL is held
+        for a slot until it goes); ``restore``: the source tables stay, so their replica
+        identity goes back to the default."""
+        if self.plan.capture != "logical":
+            return
+        for database, indices in self.plan.by_database(self.plan.source):
+            tables = self.plan.tables(self.plan.source)
+            logical.drop_logical(self.engines[database], self.plan.job,
+                                 [tables[i] for i in indices] if restore else ())
 
     def _unfence(self, placement: Placement) -> None:
         for database, index, table in self._physical(placement):
@@ -445,6 +485,7 @@ class Reshard:
                     triggers.drop_capture(connection, table, job=self.plan.reversed().log_job)
                     if placement is keep:
                         triggers.drop_fence(connection, table, job=self.plan.job)
+        self._drop_slots(restore=phase == "rolled_back")
         dropped = 0
         if drop_tables:
             for database, index, table in self._physical(old):

@@ -26,7 +26,9 @@ from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardSpec
 from snowshard.strategies import Gene, Mod, ShardStrategy, check_strategy
 
-__all__ = ["Placement", "ReshardPlan", "physical_table"]
+__all__ = ["CAPTURES", "Placement", "ReshardPlan", "physical_table"]
+
+CAPTURES = ("triggers", "logical")
 
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
@@ -84,6 +86,9 @@ class ReshardPlan:
     control: str
     chunk_rows: int = 10_000
     reverse: bool = False
+    capture: str = "triggers"
+    """How the source's changes are captured: ``"triggers"`` (every database) or
+    ``"logical"`` (PostgreSQL logical replication, :mod:`.logical`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not _JOB.fullmatch(self.job):
@@ -96,6 +101,11 @@ class ReshardPlan:
         ):
             raise ReshardPlanError(
                 f"chunk_rows must be an int in 1..1000000, got {self.chunk_rows!r}; 10000 suits most tables"
+            )
+        if self.capture not in CAPTURES:
+            raise ReshardPlanError(
+                f"capture must be one of {CAPTURES}, got {self.capture!r}; 'logical' needs "
+                "PostgreSQL sources with wal_level = logical"
             )
         overlap = set(self.source.spec.table_names) & set(self.target.spec.table_names)
         if overlap and not self.reverse:
@@ -120,6 +130,7 @@ class ReshardPlan:
         job: str | None = None,
         control: str | None = None,
         chunk_rows: int = 10_000,
+        capture: str = "triggers",
     ) -> ReshardPlan:
         """The plan moving ``model``'s rows to the layout ``to`` (a :class:`Shards`)."""
         if model.timeline is not None:
@@ -162,6 +173,7 @@ class ReshardPlan:
             target,
             control,
             chunk_rows,
+            capture=capture,
         )
 
     @classmethod
@@ -173,6 +185,7 @@ class ReshardPlan:
         job: str | None = None,
         control: str | None = None,
         chunk_rows: int = 10_000,
+        capture: str = "triggers",
     ) -> ReshardPlan:
         """The plan moving ``old``'s rows to ``new``'s layout: two declarations of one
         logical table (as the application declares them to follow the move)."""
@@ -187,11 +200,13 @@ class ReshardPlan:
         assert isinstance(spec, ShardSpec)
         to = Shards(spec.count, key=new.keys[0], strategy=new.strategy, pattern=spec.pattern,
                     databases=dict(spec.databases))
-        return cls.for_model(old, to, job=job, control=control, chunk_rows=chunk_rows)
+        return cls.for_model(old, to, job=job, control=control, chunk_rows=chunk_rows, capture=capture)
 
     def reversed(self) -> ReshardPlan:
         """The same move backwards (for rollback): target tables to source tables."""
-        return replace(self, source=self.target, target=self.source, reverse=not self.reverse)
+        # the way back is captured by triggers on the target tables, whatever the way there
+        return replace(self, source=self.target, target=self.source, reverse=not self.reverse,
+                       capture="triggers")
 
     # ------------------------------------------------------------------ tables
 
@@ -255,6 +270,6 @@ class ReshardPlan:
 
         return json.dumps(
             {"table": self.logical.name, "pk": self.pk, "source": placement(self.source),
-             "target": placement(self.target), "control": self.control},
+             "target": placement(self.target), "control": self.control, "capture": self.capture},
             sort_keys=True,
         )

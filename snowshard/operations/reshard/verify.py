@@ -19,6 +19,7 @@ from sqlalchemy import Engine, Table, delete, func, select
 
 from snowshard.operations.reshard.copy import route_rows, write_routed
 from snowshard.operations.reshard.plan import Placement, ReshardPlan
+from snowshard.operations.reshard.catchup import collect
 from snowshard.operations.reshard.state import LOG
 
 __all__ = ["RangeCheck", "VerifyReport", "compare_keys", "key_ranges", "verify"]
@@ -146,6 +147,7 @@ def _check(plan: ReshardPlan, engines: Mapping[str, Engine], low: int, high: int
     left = {row[position]: row for _, row in source}
     right = {row[position]: row for _, row in target}
     differ = sorted(k for k in left.keys() | right.keys() if left.get(k) != right.get(k))
+    collect(plan, engines)  # logical capture: what committed before the source read is logged
     lagging = _pending(plan, engines, differ)
     same = not misplaced and all(k in lagging for k in differ)
     return RangeCheck(low, high, len(source), len(target), same, misplaced)
