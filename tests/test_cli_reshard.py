@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -214,3 +216,22 @@ def test_capture_logical_from_the_command_line(database_factory: DatabaseFactory
         result = CliRunner().invoke(reshard_group, [step, *base, "--capture", "logical"])
         assert result.exit_code == 0, result.output
     assert world.rows_of(world.new) == world.twin_rows()
+
+
+def test_status_watch_follows_a_running_copy(world: ReshardWorld, capsys: pytest.CaptureFixture[str]) -> None:
+    """status --watch, while start runs in another thread at 300 rows/s, draws the copy's
+    bar with rows/s until the copy ends, then prints the final status."""
+    job = world.job(chunk_rows=20)
+    runner = threading.Thread(target=lambda: job.start(rows_per_second=300), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while job.phase() != "copying":
+        assert time.monotonic() < deadline and runner.is_alive(), "start never began copying"
+        time.sleep(0.01)
+    code = main(["reshard", "status", *MODELS, "--db", f"default={world.bind.url}", "--job", "rs-orders",
+                 "--watch", "0.2"])
+    runner.join(30)
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "copy" in err and "rows/s" in err and "300/300" in err
+    assert "job 'rs-orders': copied; copied 300 of 300 source rows" in out

@@ -20,6 +20,7 @@ size without writing anything. See :mod:`snowshard.operations.reshard`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -259,16 +260,34 @@ def _replicas(values: tuple[str, ...]) -> dict[str, list[str]]:
 @reshard_group.command("status")
 @_shared
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status_command(as_json: bool) -> None:
+@click.option("--watch", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+              help="Follow a copy another process runs: a progress bar with rows/s and time "
+                   "left, redrawn every SECONDS until the copy ends.")
+def status_command(as_json: bool, watch: float | None) -> None:
     """The job's phase, rows copied of the source's rows, and changes waiting."""
     with _open(click.get_current_context()) as job:
         status = job.reshard.status()
+        if watch is not None and not as_json:
+            status = _watch(job, status, watch)
     if as_json:
         echo_json({"job": status.job, "phase": status.phase, "copied": status.copied,
                    "source_rows": status.source_rows, "lag": status.lag})
         return
     share = 100.0 * status.copied / status.source_rows if status.source_rows else 100.0
     _say(f"{status} ({min(share, 100.0):.0f}% copied)")
+
+
+def _watch(job: _Job, status: Any, every: float) -> Any:
+    """Redraw the copy's progress bar (rows/s, time left) every ``every`` seconds while the
+    job copies (another process runs ``start``); the last status read."""
+    with _bar() as bar:
+        while True:
+            bar("copy", status.copied, status.source_rows or None)
+            bar("changes waiting", status.lag, None)
+            if status.phase != "copying":
+                return status
+            time.sleep(every)
+            status = job.reshard.status()
 
 
 @reshard_group.command("verify")
