@@ -44,6 +44,7 @@ __all__ = [
     "explicit_correlation",
     "fetch_clause_of",
     "fetch_raw",
+    "fire_twophase_event",
     "forget_clone_origin",
     "greenlet_spawn",
     "group_by_of",
@@ -435,6 +436,15 @@ def chunked_result(
     )
     result._attributes = template._attributes
     return result
+
+
+def fire_twophase_event(connection: Any, name: str, xid: str, *flags: bool) -> None:
+    """Fire SQLAlchemy's two-phase ``ConnectionEvents`` (``begin_twophase``,
+    ``prepare_twophase``, ``commit_twophase``, ``rollback_twophase``) for a two-phase
+    transaction snowshard runs itself, so listeners see it as one of SQLAlchemy's own.
+    Events are fired through ``Connection.dispatch``, SQLAlchemy's undocumented event
+    dispatcher (the same on every 2.0.x and 2.1.x version)."""
+    getattr(connection.dispatch, name)(connection, xid, *flags)
 
 
 def greenlet_spawn(fn: Callable[..., Any], *args: Any) -> Any:

@@ -84,6 +84,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
+from snowshard._compat import fire_twophase_event
 from snowshard.redaction import scrub, url_secrets
 from snowshard.sharding.commit_errors import (
     CommitError,
@@ -481,7 +482,7 @@ class CommitCoordinator:
             connection.exec_driver_sql(f"XA START {xid.literal(backend)}")
             event.listen(connection, "rollback", lambda conn: _xa_rollback(branch))
         # SQLAlchemy's two-phase events fire as for its own two-phase transactions
-        connection.dispatch.begin_twophase(connection, str(xid))
+        fire_twophase_event(connection, "begin_twophase", str(xid))
 
     # ----------------------------------------------------------------- commit
 
@@ -638,7 +639,7 @@ class CommitCoordinator:
                 pending.append((branch, failure))
                 continue
             committed.append(branch.key)
-            branch.connection.dispatch.commit_twophase(branch.connection, str(branch.xid), True)
+            fire_twophase_event(branch.connection, "commit_twophase", str(branch.xid), True)
             self._step(settings, "committed", branch.key)
         if pending:
             first, error = pending[0]
@@ -668,9 +669,7 @@ class CommitCoordinator:
                     with _autocommit(branch.engine) as conn:
                         finish_branch(conn, branch.xid, commit=False)
                 branch.state = "done"
-                branch.connection.dispatch.rollback_twophase(
-                    branch.connection, str(branch.xid), True
-                )
+                fire_twophase_event(branch.connection, "rollback_twophase", str(branch.xid), True)
             except DBAPIError:
                 _detach(branch)
 
@@ -686,7 +685,7 @@ def _prepare(branch: _Branch) -> None:
     else:
         _execute(connection, f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
     branch.state = "prepared"
-    connection.dispatch.prepare_twophase(connection, str(branch.xid))
+    fire_twophase_event(connection, "prepare_twophase", str(branch.xid))
 
 
 def _commit_prepared(branch: _Branch) -> None:
