@@ -1,14 +1,15 @@
 """Online resharding: copy speed, capture overhead, and the write pause at cutover.
 
     python benchmarks/bench_reshard.py                       # PostgreSQL and MariaDB found
-    python benchmarks/bench_reshard.py --rows 200000 --cutover-rows 1000000 --only cutover
+    python benchmarks/bench_reshard.py --rows 200000 --cutover-rows 200000 --only copy,cutover
 
 Servers come from ``--postgres`` / ``--mysql`` or ``SNOWSHARD_TEST_POSTGRES_URL`` /
 ``SNOWSHARD_TEST_MYSQL_URL``; each part runs in a throw-away database, dropped afterwards.
 A table ``orders`` (4 tables by ``user_id``) is moved to 8 tables (``orders_v2_*``) in
 the same database. Every ratio is against a baseline measured in the same run:
 
-* **copy**: ``Reshard.start()`` on ``--rows`` rows (copy and catch-up, no writers) vs
+* **copy**: ``Reshard.start()`` on ``--rows`` rows (default 1M; copy and catch-up, no
+  writers, everything ``start`` does included: targets, capture, counts) vs
   ``INSERT INTO plain_copy SELECT * FROM plain`` of the same rows into one table on the
   same server. Target: >= 0.5x the rows/s.
 * **capture**: ``--writes`` single-row writes (insert, then update of the same row)
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", default=os.environ.get("SNOWSHARD_TEST_POSTGRES_URL"))
     parser.add_argument("--mysql", default=os.environ.get("SNOWSHARD_TEST_MYSQL_URL"))
-    parser.add_argument("--rows", type=int, default=200_000, help="rows copied (default 200,000)")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows copied (default 1,000,000)")
     parser.add_argument("--writes", type=int, default=2_000, help="writes per capture run")
     parser.add_argument("--cutover-rows", type=int, default=1_000_000)
     parser.add_argument("--only", default="copy,capture,cutover", help="parts to run")

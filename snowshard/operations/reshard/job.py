@@ -223,16 +223,20 @@ class Reshard:
         tables = self.plan.tables(placement)
         return [(placement.spec.database_of(i), i, t) for i, t in sorted(tables.items())]
 
+    def _copied(self) -> int:
+        """Rows copied so far, by the checkpoints of every target database."""
+        copied = 0
+        for database, _ in self.plan.by_database(self.plan.target):
+            with self.engines[database].connect() as connection:
+                copied += connection.execute(
+                    select(func.coalesce(func.sum(COPIED.c.rows), 0)).where(COPIED.c.job == self.plan.job)
+                ).scalar_one()
+        return int(copied)
+
     def status(self) -> ReshardStatus:
         """The job's phase and progress (rows copied, changes waiting)."""
         phase = self.phase() or "not started"
-        copied = 0
-        if phase != "not started":
-            for database, _ in self.plan.by_database(self.plan.target):
-                with self.engines[database].connect() as connection:
-                    copied += connection.execute(
-                        select(func.coalesce(func.sum(COPIED.c.rows), 0)).where(COPIED.c.job == self.plan.job)
-                    ).scalar_one()
+        copied = self._copied() if phase != "not started" else 0
         waiting = lag(self.plan, self.engines) if phase in ("copying", "copied", "cutting") else 0
         return ReshardStatus(self.plan.job, phase, int(copied), self._count(self.plan.source), waiting)
 
@@ -264,7 +268,7 @@ class Reshard:
         targets = self.plan.tables(self.plan.target)
         self._capture(self.plan)
         total = self._count(self.plan.source)
-        done = self.status().copied
+        done = self._copied()
         self._tell("copy", done, total)
         sources = self._physical(self.plan.source)
         for database, index, table in sources:

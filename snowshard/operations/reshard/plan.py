@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Integer, MetaData, Table
@@ -89,6 +89,9 @@ class ReshardPlan:
     capture: str = "triggers"
     """How the source's changes are captured: ``"triggers"`` (every database) or
     ``"logical"`` (PostgreSQL logical replication, :mod:`.logical`)."""
+    _tables: dict[tuple[str, int], dict[int, Table]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not _JOB.fullmatch(self.job):
@@ -216,11 +219,16 @@ class ReshardPlan:
         return f"{self.job}~r" if self.reverse else self.job
 
     def tables(self, placement: Placement) -> dict[int, Table]:
-        metadata = MetaData()
-        return {
-            index: physical_table(self.logical, placement.spec.table_name(index), metadata)
-            for index in range(placement.spec.count)
-        }
+        """``placement``'s physical tables by index (made once per placement and plan)."""
+        key = (placement.spec.pattern, placement.spec.count)
+        found = self._tables.get(key)
+        if found is None:
+            metadata = MetaData()
+            found = self._tables[key] = {
+                index: physical_table(self.logical, placement.spec.table_name(index), metadata)
+                for index in range(placement.spec.count)
+            }
+        return dict(found)
 
     def by_database(self, placement: Placement) -> Iterator[tuple[str, list[int]]]:
         for database, indices in sorted(placement.spec.databases.items()):
