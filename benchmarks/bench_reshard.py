@@ -15,6 +15,10 @@ the same database. Every ratio is against a baseline measured in the same run:
 * **capture**: ``--writes`` single-row writes (insert, then update of the same row)
   through a ``ShardedSession``, 1 and 4 threads, on the old layout without triggers vs
   with the capture triggers installed. Target: <= 1.3x the time.
+* **capture, logical** (PostgreSQL with ``wal_level = logical``, ``--postgres-logical``,
+  default ``SNOWSHARD_TEST_POSTGRES2_URL``): the same writes without capture vs with a
+  logical replication slot on the tables, and the rate at which the slot's changes are
+  moved into the change log.
 * **cutover** (PostgreSQL): ``--cutover-rows`` rows, 4 writer threads writing through
   ``ShardMap.pick`` and retrying on ``StaleShardMap``; p50/p99 of each write's latency
   (retries included) before, during ``cutover()`` and after, and the pause cutover
@@ -44,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_bulk import server_database  # noqa: E402  (a sibling script)
 
 from snowshard.operations.reshard import Reshard, ReshardPlan  # noqa: E402
-from snowshard.operations.reshard import triggers  # noqa: E402
+from snowshard.operations.reshard import logical, triggers  # noqa: E402
 from snowshard.operations.reshard.state import LOG  # noqa: E402
 from snowshard.sharding import Sharded, ShardedSession, Shards, bulk_insert, sharded_model  # noqa: E402
 from snowshard.sharding.shard_map import ShardMap, StaleShardMap  # noqa: E402
@@ -176,6 +180,35 @@ def bench_capture(backend: str, url: str, writes: int) -> list[str]:
     return lines
 
 
+def bench_capture_logical(url: str, writes: int) -> list[str]:
+    """The same writes on PostgreSQL with ``wal_level = logical``: no capture vs a logical
+    replication slot and publication on the tables (``capture="logical"``), which the
+    writers pay for only in WAL (``REPLICA IDENTITY FULL`` logs whole old rows); then how
+    fast the slot's changes are moved into the change log."""
+    lines = []
+    with server_database(url) as engine:
+        setup(engine, rows(1000))
+        LOG.create(engine, checkfirst=True)
+        tables = list(sharded_model(Order).tables)
+        for threads in (1, 4):
+            plain_s = _writes(engine, threads, writes, 10_000_000 * threads)
+            logical.install_logical(engine, "bench", tables)
+            try:
+                captured_s = _writes(engine, threads, writes, 20_000_000 * threads)
+                began = time.perf_counter()
+                logged = logical.pump(engine, "bench", "bench", "id", "user_id")
+                pump_s = time.perf_counter() - began
+            finally:
+                logical.drop_logical(engine, "bench", tables)
+            lines += [
+                f"postgresql  capture {threads} thread(s) no capture   {writes / plain_s:>8,.0f} writes/s  1.00x",
+                f"postgresql  capture {threads} thread(s) logical slot {writes / captured_s:>8,.0f} writes/s  "
+                f"{captured_s / plain_s:.2f}x time  <= 1.3x",
+                f"postgresql  capture {threads} thread(s) slot -> log  {logged / pump_s:>8,.0f} changes/s",
+            ]
+    return lines
+
+
 # --------------------------------------------------------------------------- cutover
 
 
@@ -247,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows copied (default 1,000,000)")
     parser.add_argument("--writes", type=int, default=2_000, help="writes per capture run")
     parser.add_argument("--cutover-rows", type=int, default=1_000_000)
+    parser.add_argument("--postgres-logical", default=os.environ.get("SNOWSHARD_TEST_POSTGRES2_URL"),
+                        help="a PostgreSQL server with wal_level=logical, for logical capture")
     parser.add_argument("--only", default="copy,capture,cutover", help="parts to run")
     parser.add_argument("--chunk-rows", type=int, default=10_000, help="rows per copy chunk (default 10,000)")
     args = parser.parse_args(argv)
@@ -260,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
             print("\n".join(bench_copy(name, url, args.rows, args.chunk_rows)), flush=True)
         if "capture" in parts:
             print("\n".join(bench_capture(name, url, args.writes)), flush=True)
+    if "capture" in parts and args.postgres_logical:
+        print("\n".join(bench_capture_logical(args.postgres_logical, args.writes)), flush=True)
     if "cutover" in parts and args.postgres:
         print("\n".join(bench_cutover(args.postgres, args.cutover_rows)), flush=True)
 

@@ -201,15 +201,21 @@ def test_bench_bulk_reports_every_backend_with_ratios(postgres_url: str, mysql_u
 
 
 @pytest.mark.slow
-def test_bench_reshard_reports_copy_capture_and_cutover(postgres_url: str, mysql_url: str) -> None:
-    """bench_reshard prints each part's baseline and ratio, and the cutover's latency windows."""
+def test_bench_reshard_reports_copy_capture_and_cutover(
+    postgres_url: str, mysql_url: str, postgres2_url: str
+) -> None:
+    """bench_reshard prints each part's baseline and ratio (logical capture too), and the
+    cutover's latency windows."""
     output = _run(
         "bench_reshard.py", "--postgres", postgres_url, "--mysql", mysql_url,
+        "--postgres-logical", postgres2_url,
         "--rows", "500", "--writes", "40", "--cutover-rows", "500",
     )  # fmt: skip
+    assert len(re.findall(r"^postgresql\s+capture \d thread\(s\) logical slot .* <= 1\.3x$", output, re.MULTILINE)) == 2
+    assert re.search(r"slot -> log\s+[\d,]+ changes/s", output), output
     for backend in ("postgresql", "mysql"):
         assert re.search(rf"^{backend}\s+copy\s+INSERT\.\.\.SELECT .* 1\.00x$", output, re.MULTILINE), output
         assert re.search(rf"^{backend}\s+copy\s+reshard start .* \d\.\d\dx\s+>= 0\.5x$", output, re.MULTILINE)
-        assert len(re.findall(rf"^{backend}\s+capture .* <= 1\.3x$", output, re.MULTILINE)) == 2
+        assert len(re.findall(rf"^{backend}\s+capture \d thread\(s\) captured .* <= 1\.3x$", output, re.MULTILINE)) == 2
     assert re.search(r"writes during cutover\s+p50\s+[\d.]+ ms\s+p99\s+[\d.]+ ms", output), output
     assert re.search(r"pause \d+ ms", output), output
