@@ -77,6 +77,32 @@ def test_merge_tables_under_writers_equals_the_twin(database_factory: DatabaseFa
     assert world.placed_right(world.new)
 
 
+@pytest.mark.parametrize("backend", ONE_DB[:2])
+def test_adding_two_servers_moves_tables_from_two_databases_to_four(
+    database_factory: DatabaseFactory, backend: str
+) -> None:
+    """4 tables on a/b -> 4 tables on a/b/c/d (one each) under writers: equals the twin."""
+    engines = dict(zip("abcd", _engines(database_factory, backend, 4)))
+    def columns() -> dict[str, Any]:
+        return {"id": mapped_column(BigInteger, primary_key=True, autoincrement=False),
+                "user_id": mapped_column(BigInteger, index=True),
+                "amount": mapped_column(BigInteger), "note": mapped_column(sa.String(40))}
+
+    old = type("Order", (Sharded, type("OldBase", (DeclarativeBase,), {})), {
+        "__tablename__": "rs_orders", **columns(),
+        "__shards__": Shards(4, key="user_id", databases={"a": range(0, 2), "b": range(2, 4)})})
+    new = type("OrderV2", (Sharded, type("NewBase", (DeclarativeBase,), {})), {
+        "__tablename__": "rs_orders", **columns(),
+        "__shards__": Shards(4, key="user_id", pattern="{name}_v2_{index:02d}",
+                             databases={"a": [0], "b": [1], "c": [2], "d": [3]})})
+    world = build(engines, two_databases=True, models=(old, new))
+    _move(world)
+    assert world.rows_of(world.new) == world.twin_rows()
+    assert world.placed_right(world.new)
+    for key, index in zip("abcd", range(4)):
+        assert sa.inspect(engines[key]).has_table(f"rs_orders_v2_{index:02d}")
+
+
 def test_a_second_job_on_the_same_table_is_refused(one_db: ReshardWorld) -> None:
     """While job 'rs-orders' is not cleaned up (rolled back included), another job moving
     rs_orders may not start; once it is cleaned up, the other runs."""
