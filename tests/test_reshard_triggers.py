@@ -180,6 +180,20 @@ def test_table_name_needing_quotes(captured: Captured) -> None:
         _write(captured, delete(odd))
 
 
+@pytest.mark.parametrize("captured", [p for p in BACKENDS if p.values == ("postgresql",)], indirect=True)
+def test_truncate_of_a_captured_table_is_refused_on_postgresql(captured: Captured) -> None:
+    """PostgreSQL: TRUNCATE (which no row trigger sees) fails naming the move; rows stay.
+    MariaDB's TRUNCATE fires no trigger and SQLite has none, so only PostgreSQL refuses."""
+    with pytest.raises(sa.exc.DBAPIError, match=r"is being resharded \(job .*\); a TRUNCATE cannot be captured"):
+        with captured.engine.begin() as connection:
+            connection.execute(text(f"TRUNCATE {captured.table.name}"))
+    assert len(captured.rows()) == 2
+    with captured.engine.begin() as connection:
+        triggers.drop_capture(connection, captured.table, job=JOB)
+        connection.execute(text(f"TRUNCATE {captured.table.name}"))
+    assert captured.rows() == []
+
+
 def test_bad_job_name_is_refused(captured: Captured) -> None:
     """A job name with a quote raises TriggerError naming the allowed characters."""
     with captured.engine.begin() as connection, pytest.raises(TriggerError, match="letters, digits"):

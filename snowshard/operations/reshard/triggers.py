@@ -4,6 +4,7 @@
   log, in the writer's own transaction, which primary key changed and its shard key
   (``snowshard_reshard_log``, :mod:`.state`): the new key for an INSERT, the old one for
   a DELETE, the new one for an UPDATE and the old one too when the UPDATE changed it.
+  On PostgreSQL a BEFORE TRUNCATE trigger refuses a TRUNCATE, which no row trigger sees.
 * **Fence** (:func:`install_fence`): BEFORE triggers refusing every write with an error
   whose text holds :data:`~snowshard.sharding.shard_map.FENCE_MARK`, which a sharded
   session turns into :class:`~snowshard.sharding.shard_map.StaleShardMap`. A BEFORE
@@ -83,7 +84,8 @@ def _name(table: Table, job: str, kind: str, event: str) -> str:
 
 def trigger_names(table: Table, *, job: str) -> list[str]:
     """Every trigger name this module may create on ``table`` for ``job``."""
-    return [_name(table, job, kind, event) for kind in "cf" for event in _EVENTS]
+    capture = [_name(table, job, "c", event) for event in (*_EVENTS, "m", "t")]
+    return capture + [_name(table, job, "f", event) for event in _EVENTS]
 
 
 def _q(connection: Connection, name: str) -> str:
@@ -154,11 +156,27 @@ def install_capture(connection: Connection, table: Table, *, job: str, pk: str, 
                     f"ON {target} FOR EACH ROW WHEN OLD.{keyq} IS NOT NEW.{keyq} "
                     f"BEGIN {moved}; END"
                 ))
+    if dialect == "postgresql":
+        # TRUNCATE fires no row trigger: the target would keep rows the source lost.
+        # Refuse it while the move runs (MariaDB's TRUNCATE fires no trigger at all, and
+        # SQLite has none: its DELETE without WHERE fires the row triggers above).
+        raw = _name(table, job, "c", "t")
+        function = _q(connection, raw + "_fn")
+        refusal = (f"snowshard: table {table.name} is being resharded (job {job}); a TRUNCATE "
+                   "cannot be captured: roll the job back (or finish it) first")
+        _exec(connection, (
+            f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$ss$ BEGIN RAISE EXCEPTION {_literal(refusal)} USING ERRCODE = '55000'; END $ss$"
+        ))
+        _exec(connection, (
+            f"CREATE TRIGGER {_q(connection, raw)} BEFORE TRUNCATE ON {target} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+        ))
 
 
 def drop_capture(connection: Connection, table: Table, *, job: str) -> None:
     """Drop ``job``'s capture triggers of ``table`` (idempotent)."""
-    _drop(connection, table, job, "c", [*_EVENTS, "m"])
+    _drop(connection, table, job, "c", [*_EVENTS, "m", "t"])
 
 
 def _drop(connection: Connection, table: Table, job: str, kind: str, events: list[str]) -> None:
