@@ -213,3 +213,26 @@ def test_a_truncate_stops_the_catch_up() -> None:
     reader.read(_relation(5, "rs_orders_02", ["id", "user_id"]))
     with pytest.raises(ReshardError, match=r"\['rs_orders_02'\] were truncated during the move"):
         reader.read(b"T" + struct.pack(">ib", 1, 0) + struct.pack(">i", 5))
+
+
+@pytest.mark.postgres
+def test_status_leaves_the_slot_alone(logical_world: ReshardWorld) -> None:
+    """status never reads the slot (reading takes it, and would fail a start pumping it at
+    the same moment): after writes, status leaves the slot where it was; catch_up moves it."""
+    job = _job(logical_world)
+    job.start()
+    old = sharded_model(logical_world.old)
+    with logical_world.bind.begin() as connection:
+        connection.execute(update(old.tables[0]).values(note="changed"))
+
+    def confirmed() -> str:
+        with logical_world.bind.connect() as connection:
+            return str(connection.execute(sa.text(
+                "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = :n"
+            ), {"n": slot_name(JOB, str(logical_world.bind.url.database))}).scalar_one())
+
+    before = confirmed()
+    assert job.status().phase == "copied"
+    assert confirmed() == before
+    assert job.catch_up() > 0
+    assert confirmed() != before

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, delete, func, select
 
 from snowshard.operations.reshard.copy import OnRows, route_rows, write_routed
-from snowshard.operations.reshard.logical import pending, pump
+from snowshard.operations.reshard.logical import pump
 from snowshard.operations.reshard.plan import ReshardPlan
 from snowshard.operations.reshard.state import LOG
 from snowshard.operations.reshard.triggers import fence_bypass
@@ -40,11 +40,10 @@ def collect(plan: ReshardPlan, engines: Mapping[str, Engine]) -> int:
 
 
 def lag(plan: ReshardPlan, engines: Mapping[str, Engine]) -> int:
-    """Changes captured and not yet applied, over every source database (with logical
-    capture, also the changes its slots decoded that are not in the log yet)."""
+    """Changes captured and not yet applied, over every source database. With logical
+    capture, only those already moved into the log (:func:`collect`): reading a slot
+    takes it, and a ``status`` must never stand in the way of the step that pumps it."""
     total = 0
-    if plan.capture == "logical":
-        total += sum(pending(engines[database], plan.job) for database, _ in plan.by_database(plan.source))
     for database, _ in plan.by_database(plan.source):
         with engines[database].connect() as connection:
             total += connection.execute(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, Table, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
 
 from snowshard.operations.reshard import logical, triggers
 from snowshard.operations.reshard.catchup import drain, lag
@@ -388,7 +389,10 @@ class Reshard:
         version = self._flip(self.plan.target)
         ended = time.monotonic()
         self._tell("cutover", 4, 4)  # map flipped
-        self._drop_slots(restore=False)  # the fenced sources change no more
+        try:
+            self._drop_slots(restore=False)  # the fenced sources change no more
+        except DBAPIError:
+            pass  # the move is done; cleanup drops what is left (and says why if it cannot)
         return CutoverReport(
             (ended - began) * 1000, len(applied), version,
             {"fence_ms": (fenced - began) * 1000, "drain_ms": (drained - fenced) * 1000,

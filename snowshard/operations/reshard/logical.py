@@ -42,7 +42,6 @@ __all__ = [
     "check_logical",
     "drop_logical",
     "install_logical",
-    "pending",
     "pump",
     "slot_name",
 ]
@@ -253,23 +252,6 @@ _PEEK = text(
     "CAST(:upto AS pg_lsn), CAST(:limit AS integer), 'proto_version', '1', "
     "'publication_names', CAST(:slot AS text))"
 )
-
-
-def pending(engine: Engine, job: str) -> int:
-    """Row changes the slot of ``job`` holds that :func:`pump` has not moved yet (read
-    only: the slot does not move)."""
-    with engine.connect() as connection:
-        name = _slot(connection, job)
-        if not connection.execute(
-            text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
-        ).scalar():
-            return 0  # dropped: the move is past capturing its sources
-        found = connection.execute(text(
-            "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(CAST(:slot AS name), NULL, "
-            "NULL, 'proto_version', '1', 'publication_names', CAST(:slot AS text)) "
-            "WHERE get_byte(data, 0) IN (73, 85, 68)"
-        ), {"slot": name}).scalar_one()
-    return int(found)
 
 
 def pump(engine: Engine, job: str, log_job: str, pk: str, key: str) -> int:
