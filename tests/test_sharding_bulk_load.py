@@ -40,7 +40,7 @@ from snowshard.sharding import (
     Shards,
     sharded_model,
 )
-from snowshard.sharding.bulk_load import (
+from snowshard.sharding.bulk_errors import (
     BulkInvalidShardKey,
     BulkMissingShardKey,
     BulkRowError,
@@ -48,9 +48,8 @@ from snowshard.sharding.bulk_load import (
     BulkShardKeyConflict,
     BulkShardKeyTypeError,
     InvalidBulkArgument,
-    bulk_insert,
-    progress_bar,
 )
+from snowshard.sharding.bulk_load import bulk_insert, progress_bar
 from snowshard.strategies import Mod
 from tests.worlds import IDS, World, WorldFactory, declare_shop
 

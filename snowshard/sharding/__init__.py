@@ -51,7 +51,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from snowshard.sharding.bulk_load import BulkReport, BulkRowError, bulk_insert, progress_bar
+from snowshard.sharding.bulk_errors import BulkRowError
+from snowshard.sharding.bulk_load import BulkReport, bulk_insert, progress_bar
 from snowshard.sharding.declare import Sharded, Shards, sharded_model
 from snowshard.sharding.errors import (
     FanOutExceeded,

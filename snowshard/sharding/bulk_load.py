@@ -49,37 +49,33 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice, repeat
-from typing import Any, NoReturn
+from typing import Any
 
-from sqlalchemy import Column
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from snowshard.errors import MissingExtra, SnowshardError
-from snowshard.orm.defaults import SnowflakeDefault
+from snowshard.errors import MissingExtra
 from snowshard.orm.types import MAX_ID, SnowflakeType
 from snowshard.sharding.bulk import BIND_KEY
-from snowshard.sharding.bulk_writers import write_rows
-from snowshard.sharding.errors import (
-    InvalidShardKey,
-    MissingShardKey,
-    ShardingError,
-    ShardKeyConflict,
-    ShardKeyTypeError,
+from snowshard.sharding.bulk_errors import (
+    KEY_ERRORS,
+    ROW_ERRORS,
+    BulkMissingShardKey,
+    BulkRowError,
+    BulkRowTypeError,
+    InvalidBulkArgument,
+    row_failed,
+    where,
 )
+from snowshard.sharding.bulk_plan import Processors, RowPlan
+from snowshard.sharding.bulk_writers import write_rows
+from snowshard.sharding.errors import ShardKeyConflict
 from snowshard.sharding.model import ShardedModel, model_of_class
 from snowshard.strategies import Gene, Mod
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
-    "BulkInvalidShardKey",
-    "BulkMissingShardKey",
     "BulkReport",
-    "BulkRowError",
-    "BulkRowTypeError",
-    "BulkShardKeyConflict",
-    "BulkShardKeyTypeError",
-    "InvalidBulkArgument",
     "Progress",
     "bulk_insert",
     "progress_bar",
@@ -93,74 +89,6 @@ DEFAULT_BATCH_SIZE = 5_000
 
 Progress = Callable[[int, int], object]
 """``progress(done, total)``: rows written so far, rows in the load."""
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class InvalidBulkArgument(ShardingError, ValueError):
-    """An argument of :func:`bulk_insert` that is not what it takes (the model, the rows,
-    ``batch_size``, ``progress``)."""
-
-
-class BulkRowError(ShardingError, ValueError):
-    """A row given to :func:`bulk_insert` cannot be written; ``index`` is its position.
-
-    Raised before any row is written: for an unknown column, a value its column type
-    rejects, a missing value whose default needs a statement; the subclasses below for
-    shard key problems.
-    """
-
-    def __init__(self, message: str, *, index: int) -> None:
-        super().__init__(message)
-        self.index = index
-
-
-class BulkRowTypeError(BulkRowError, TypeError):
-    """A row that is not a mapping, or a value of a type its column rejects."""
-
-
-class BulkMissingShardKey(BulkRowError, MissingShardKey):
-    """A row without a value in any shard key column (nor a gene to issue its ID with)."""
-
-
-class BulkInvalidShardKey(BulkRowError, InvalidShardKey):
-    """A row whose shard key value the strategy cannot route (negative, not decimal...)."""
-
-
-class BulkShardKeyTypeError(BulkRowError, ShardKeyTypeError):
-    """A row whose shard key value has a type the strategy cannot route."""
-
-
-class BulkShardKeyConflict(BulkRowError, ShardKeyConflict):
-    """A row whose shard keys (e.g. ``id`` and ``user_id``) name different shards."""
-
-
-_ROW_ERRORS: dict[type[ShardingError], type[BulkRowError]] = {
-    MissingShardKey: BulkMissingShardKey,
-    InvalidShardKey: BulkInvalidShardKey,
-    ShardKeyTypeError: BulkShardKeyTypeError,
-    ShardKeyConflict: BulkShardKeyConflict,
-}
-
-_KEY_ERRORS = tuple(_ROW_ERRORS)
-
-
-def _where(model: ShardedModel, index: int) -> str:
-    return f"row {index} of the bulk load into {model.name}"
-
-
-def _row_failed(
-    model: ShardedModel,
-    index: int,
-    text: str,
-    kind: type[BulkRowError],
-    cause: BaseException | None = None,
-) -> NoReturn:
-    raise kind(
-        f"{_where(model, index)}: {text}; no row of this load was written", index=index
-    ) from cause
-
 
 # --------------------------------------------------------------------------- report
 
@@ -178,233 +106,6 @@ class BulkReport:
     or as issued), a tuple for a composite one; None where the database assigns it."""
 
 
-# --------------------------------------------------------------------------- row plans
-
-
-class _Fill:
-    """Computes one missing column of a row (its Python-side default)."""
-
-    def __init__(self, column: Column[Any], position: int) -> None:
-        self.column = column
-        self.position = position
-        self.append = True
-        """False when the column is given but may be None (the snowflake ID only)."""
-
-    def value(self, values: list[Any], index: int, shard: int) -> Any:
-        raise NotImplementedError
-
-
-class _Scalar(_Fill):
-    def __init__(self, column: Column[Any], position: int, value: Any) -> None:
-        super().__init__(column, position)
-        self.constant = value
-
-    def value(self, values: list[Any], index: int, shard: int) -> Any:
-        return self.constant
-
-
-class _Snowflake(_Fill):
-    """A new ID from the column's snowflake default, with the gene of its parent column."""
-
-    def __init__(
-        self,
-        model: ShardedModel,
-        column: Column[Any],
-        position: int,
-        default: SnowflakeDefault,
-        gene_position: int | None,
-    ) -> None:
-        super().__init__(column, position)
-        self.model = model
-        self.next_id = default.generator.next_id
-        self.gene_from = default.gene_from
-        self.gene_position = gene_position
-        self.as_string = bool(getattr(column.type, "as_string", False))
-
-    def value(self, values: list[Any], index: int, shard: int) -> Any:
-        model = self.model
-        if self.gene_from is None:
-            new = self.next_id()
-        else:
-            gene = None if self.gene_position is None else values[self.gene_position]
-            if gene is None:
-                text = (
-                    f"{self.column.key} takes its gene from {self.gene_from!r}, which is not "
-                    f"set; set {self.gene_from}"
-                )
-                if shard < 0:  # nothing to route by either
-                    text = f"no shard key ({' or '.join(model.keys)}), and {text}"
-                    _row_failed(model, index, text, BulkMissingShardKey)
-                _row_failed(model, index, text, BulkRowError)
-            if type(gene) is not int:
-                gene = model.normalize(self.gene_from, gene)
-            try:
-                new = self.next_id(gene)
-            except SnowshardError as exc:
-                _row_failed(
-                    model,
-                    index,
-                    f"{self.column.key} takes its gene from {self.gene_from}={gene!r}, "
-                    f"which is not a usable key: {exc}",
-                    BulkRowError,
-                    exc,
-                )
-        return str(new) if self.as_string else new
-
-
-class _Callable(_Fill):
-    """A callable default, given a context that holds the row's values only."""
-
-    def __init__(self, model: ShardedModel, column: Column[Any], position: int, fn: Any) -> None:
-        super().__init__(column, position)
-        self.model = model
-        self.fn = fn
-        self.keys: tuple[str, ...] = ()
-        """Keys of the values before this one (given, then filled), set by the plan."""
-
-    def value(self, values: list[Any], index: int, shard: int) -> Any:
-        context = _RowContext(self, dict(zip(self.keys, values)), index)
-        try:
-            return self.fn(context)
-        except BulkRowError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any error of a user's default is the row's
-            _row_failed(
-                self.model,
-                index,
-                f"the default of {self.model.name}.{self.column.key} raised "
-                f"{type(exc).__name__}: {exc}",
-                BulkRowError,
-                exc,
-            )
-
-
-class _RowContext:
-    """What a context-sensitive default may read in a bulk load: the row's own values.
-
-    ``get_current_parameters()`` / ``current_parameters`` and ``current_column`` work as in
-    an INSERT; anything else (``connection``, ``execute``...) needs a statement and raises
-    :class:`BulkRowError`.
-    """
-
-    __slots__ = ("_fill", "_index", "current_column", "current_parameters")
-
-    def __init__(self, fill: _Callable, parameters: dict[str, Any], index: int) -> None:
-        self._fill = fill
-        self._index = index
-        self.current_column = fill.column
-        self.current_parameters = parameters
-
-    def get_current_parameters(self, isolate_multiinsert_groups: bool = True) -> dict[str, Any]:
-        return self.current_parameters
-
-    def __getattr__(self, name: str) -> NoReturn:
-        fill = self._fill
-        _row_failed(
-            fill.model,
-            self._index,
-            f"the default of {fill.model.name}.{fill.column.key} reads context.{name}, which "
-            "only a statement has; a bulk load gives defaults the row's values only "
-            "(context.get_current_parameters(), context.current_column). Give "
-            f"{fill.column.key} in every row, or use a server_default",
-            BulkRowError,
-        )
-
-
-_Processors = tuple[
-    tuple[tuple[int, Callable[[Any], Any]], ...], tuple[tuple[int, Callable[[Any], Any]], ...]
-]
-"""(ID checks, other bind processors): (position, processor) pairs, see ``_Load.processors``."""
-
-
-class _Plan:
-    """How rows with one set of keys are checked, completed and grouped."""
-
-    def __init__(self, model: ShardedModel, keys: tuple[str, ...], index: int) -> None:
-        table = model.table
-        unknown = [k for k in keys if not isinstance(k, str) or k not in table.c]
-        if unknown:
-            _row_failed(
-                model,
-                index,
-                f"unknown column(s) {', '.join(map(repr, unknown))}; the columns of "
-                f"{model.name} are {', '.join(table.c.keys())}",
-                BulkRowError,
-            )
-        given = [c.key for c in table.c if c.key in keys]  # table order, whatever the row's
-        self.single = len(given) == 1
-        self.get: Callable[[Mapping[str, Any]], Any] = (
-            operator.itemgetter(*given) if given else _nothing
-        )
-        """The given values (a tuple, or the value itself when ``single``)."""
-        position = {k: i for i, k in enumerate(given)}
-        self.routing = tuple((k, position[k]) for k in model.keys if k in position)
-        fills: list[_Fill] = []
-        for column in table.c:
-            fill = self._fill(model, column, position, index)
-            if fill is not None:
-                fills.append(fill)
-                if fill.append:
-                    position[column.key] = len(position)
-        for fill in fills:
-            if isinstance(fill, _Callable):
-                fill.keys = tuple(k for k, p in sorted(position.items(), key=lambda kv: kv[1]))
-        self.fills = tuple(fills)
-        order = sorted(position, key=position.__getitem__)
-        self.columns: tuple[Column[Any], ...] = tuple(table.c[k] for k in order)
-        self.id_position = position.get(model.id_key) if model.id_key is not None else None
-        pk = [position.get(c.key) for c in table.primary_key.columns]
-        self.primary_key = _key_reader(pk)
-        self.processors: list[_Processors | None] = [None] * model.count
-        self.buckets: list[list[Sequence[Any]]] = [[] for _ in range(model.count)]
-
-    @staticmethod
-    def _fill(
-        model: ShardedModel, column: Column[Any], position: dict[str, int], index: int
-    ) -> _Fill | None:
-        default = column.default
-        key = column.key
-        if default is None:
-            return None
-        arg = getattr(default, "arg", None)
-        if isinstance(arg, SnowflakeDefault):
-            gene_at = position.get(arg.gene_from) if arg.gene_from is not None else None
-            if key in position:
-                if key != model.id_key:
-                    return None
-                fill = _Snowflake(model, column, position[key], arg, gene_at)
-                fill.append = False  # the ID given as None: issue one
-                return fill
-            return _Snowflake(model, column, len(position), arg, gene_at)
-        if key in position:
-            return None
-        if default.is_scalar:
-            return _Scalar(column, len(position), arg)
-        if default.is_callable:
-            return _Callable(model, column, len(position), arg)
-        what = "a sequence" if default.is_sequence else "a SQL expression"
-        _row_failed(
-            model,
-            index,
-            f"{key} is not given and its default is {what} ({default!r}), which only the "
-            f"database computes; give {key} in every row, or use a server_default",
-            BulkRowError,
-        )
-
-
-def _nothing(row: Mapping[str, Any]) -> tuple[()]:
-    return ()
-
-
-def _key_reader(positions: Sequence[int | None]) -> Callable[[list[Any]], Any]:
-    if len(positions) == 1:
-        at = positions[0]
-        if at is None:
-            return lambda values: None
-        return operator.itemgetter(at)
-    return lambda values: tuple(None if p is None else values[p] for p in positions)
-
-
 # --------------------------------------------------------------------------- the load
 
 
@@ -414,7 +115,7 @@ class _Load:
     def __init__(self, session: Session, model: ShardedModel) -> None:
         self.session = session
         self.model = model
-        self.plans: dict[tuple[str, ...], _Plan] = {}
+        self.plans: dict[tuple[str, ...], RowPlan] = {}
         self.connections: dict[str, Connection] = {}
         self.report = BulkReport()
         self.modulus = model.count if type(model.strategy) in (Gene, Mod) else 0
@@ -431,7 +132,7 @@ class _Load:
             )
         return found
 
-    def processors(self, plan: _Plan, shard: int) -> _Processors:
+    def processors(self, plan: RowPlan, shard: int) -> Processors:
         """(ID checks, other processors) of ``plan``'s columns for ``shard``'s dialect.
 
         A :class:`~snowshard.orm.SnowflakeType` column whose plain integer type needs no
@@ -487,7 +188,7 @@ class _Load:
         keys = tuple(rows[0])
         plan = self.plans.get(keys)
         if plan is None:
-            plan = self.plans[keys] = _Plan(self.model, keys, offset)
+            plan = self.plans[keys] = RowPlan(self.model, keys, offset)
         if plan.single or not plan.routing or any(fill.append for fill in plan.fills):
             return False
         if set(map(len, rows)) != {len(keys)}:
@@ -539,10 +240,10 @@ class _Load:
         ids = self.report.ids.append
         plans = self.plans
         last: tuple[str, ...] | None = None
-        plan: _Plan | None = None
+        plan: RowPlan | None = None
         for index, row in enumerate(rows, offset):
             if type(row) is not dict and not isinstance(row, Mapping):
-                _row_failed(
+                row_failed(
                     model,
                     index,
                     f"a row must be a mapping of column keys to values, got "
@@ -553,7 +254,7 @@ class _Load:
             if keys != last or plan is None:
                 plan = plans.get(keys)
                 if plan is None:
-                    plan = plans[keys] = _Plan(model, keys, index)
+                    plan = plans[keys] = RowPlan(model, keys, index)
                 last = keys
                 get, single, routing, fills = plan.get, plan.single, plan.routing, plan.fills
                 primary_key, prepared, buckets = plan.primary_key, plan.processors, plan.buckets
@@ -591,12 +292,12 @@ class _Load:
                             "puts it; the keys must agree (does the ID carry the parent's "
                             "gene?)"
                         )
-            except _KEY_ERRORS as exc:
+            except KEY_ERRORS as exc:
                 if isinstance(exc, BulkRowError):
                     raise
-                kind = _ROW_ERRORS[next(k for k in _ROW_ERRORS if isinstance(exc, k))]
+                kind = ROW_ERRORS[next(k for k in ROW_ERRORS if isinstance(exc, k))]
                 raise kind(
-                    f"{_where(model, index)}: {exc}; no row of this load was written",
+                    f"{where(model, index)}: {exc}; no row of this load was written",
                     index=index,
                 ) from exc
             ids(primary_key(values))
@@ -613,18 +314,18 @@ class _Load:
                 column = plan.columns[at]
                 kind = BulkRowTypeError if isinstance(exc, TypeError) else BulkRowError
                 raise kind(
-                    f"{_where(model, index)}: {column.key} = {values[at]!r} is refused by its "
+                    f"{where(model, index)}: {column.key} = {values[at]!r} is refused by its "
                     f"type {column.type!r}: {exc}; no row of this load was written",
                     index=index,
                 ) from exc
             buckets[shard].append(values)
 
-    def _route_new(self, plan: _Plan, values: list[Any], index: int) -> int:
+    def _route_new(self, plan: RowPlan, values: list[Any], index: int) -> int:
         """The shard of a row that gave no key: by its ID, issued just now."""
         model = self.model
         at = plan.id_position
         if at is None or model.id_key not in model.keys or values[at] is None:
-            _row_failed(
+            row_failed(
                 model,
                 index,
                 f"no shard key; give {' or '.join(model.keys)} in every row",
