@@ -32,17 +32,10 @@ from sqlalchemy.exc import DBAPIError
 
 from snowshard.redaction import redact_sqlalchemy_url, scrub, url_secrets
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
-from snowshard.sharding.twophase import (
-    DEFAULT_GRACE,
-    Xid,
-    finish_branch,
-    forget_decision,
-    group_created_ms,
-    in_doubt_branches,
-    is_unknown_branch,
-    read_decisions,
-    record_decision,
-)
+from snowshard.sharding.twophase import DEFAULT_GRACE
+from snowshard.sharding.txn_branches import finish_branch, in_doubt_branches, is_unknown_branch
+from snowshard.sharding.txn_decisions import forget_decision, read_decisions, record_decision
+from snowshard.sharding.txn_ids import Xid, group_created_ms
 from snowshard.spec import DEFAULT_DATABASE
 
 __all__ = ["RecoveryAction", "RecoveryReport", "recover"]

@@ -62,29 +62,34 @@ session flushes, then commits the databases, then runs SQLAlchemy's commit bookk
 
 from __future__ import annotations
 
-import secrets
 import time
-import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Engine,
-    MetaData,
-    String,
-    Table,
-    delete,
-    event,
-    insert,
-    select,
-)
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from snowshard._compat import fire_twophase_event
+from snowshard.sharding.txn_branches import (
+    autocommit,
+    backend_of,
+    check_prepared_transactions,
+    finish_branch,
+    in_doubt_branches,
+    is_unknown_branch,
+    protocol_execute,
+)
+from snowshard.sharding.txn_decisions import (
+    DECISIONS_TABLE,
+    decisions,
+    ensure_decisions_table,
+    forget_decision,
+    read_decisions,
+    record_decision,
+)
+from snowshard.sharding.txn_ids import PREFIX, Xid, branch_name, group_created_ms, new_group
 from snowshard.redaction import scrub, url_secrets
 from snowshard.sharding.commit_errors import (
     CommitError,
@@ -94,7 +99,7 @@ from snowshard.sharding.commit_errors import (
     TwoPhaseConfigError,
     TwoPhaseUnavailable,
 )
-from snowshard.sharding.driver_errors import DATABASE_OPTION, ShardOperationError
+from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.spec import DEFAULT_DATABASE
 
 if TYPE_CHECKING:
@@ -120,264 +125,14 @@ __all__ = [
     "record_decision",
 ]
 
-PREFIX = "snowshard-"
-DECISIONS_TABLE = "snowshard_txn_decisions"
 DEFAULT_GRACE = 60.0
 """Seconds recovery leaves a group alone after its creation (it may still be finishing)."""
 
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_MAX_PART = 64  # MySQL: gtrid and bqual at most 64 bytes each
 _RETRIES = (0.05, 0.25)  # pauses before the 2nd and 3rd attempt of a phase-2 commit
 
 StepListener = Callable[[str, str, str | None], None]
 """``on_step(step, group, database)``: ``"prepared"`` and ``"committed"`` once per database,
 ``"decided"`` once (database None), each right after the step is durable."""
-
-decisions = Table(
-    DECISIONS_TABLE,
-    MetaData(),
-    Column("group_id", String(40), primary_key=True),
-    Column("outcome", String(8), nullable=False),
-    Column("databases", String(2000), nullable=False),
-    Column("decided_at_ms", BigInteger, nullable=False),
-)
-"""The decision records: ``outcome`` is ``commit`` or ``abort``; ``databases`` the keys of
-the group's branches, comma-separated (empty for a recovery's ``abort``)."""
-
-
-# --------------------------------------------------------------------------- XIDs
-
-
-def new_group(now_ms: int | None = None) -> str:
-    """A new group ID: ``<Unix ms>-<12 random hex digits>``."""
-    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return f"{ms}-{secrets.token_hex(6)}"
-
-
-def group_created_ms(group: str) -> int | None:
-    """The creation time (Unix ms) a group ID encodes, or None if it is not one."""
-    ms, sep, rest = group.partition("-")
-    if not sep or not ms.isdigit() or len(rest) != 12:
-        return None
-    if any(ch not in "0123456789abcdef" for ch in rest):
-        return None
-    return int(ms)
-
-
-@dataclass(frozen=True)
-class Xid:
-    """A branch's transaction ID: its group, and the database key it writes."""
-
-    group: str
-    database: str
-
-    @property
-    def gtrid(self) -> str:
-        """The global part, shared by every branch of the group (``snowshard-<group>``)."""
-        return PREFIX + self.group
-
-    def __str__(self) -> str:
-        """The PostgreSQL GID form, also used in messages: ``snowshard-<group>:<key>``."""
-        return f"{self.gtrid}:{self.database}"
-
-    def literal(self, backend: str) -> str:
-        """The SQL literal naming this branch (``'gid'``, or ``'gtrid','bqual'`` on MySQL).
-
-        Both parts are made of ``[A-Za-z0-9_.-]`` only (checked on creation and parsing).
-        """
-        if backend == "mysql":
-            return f"'{self.gtrid}','{self.database}'"
-        return f"'{self}'"
-
-    @classmethod
-    def parse(cls, gtrid: str, bqual: str) -> Xid | None:
-        """The branch these parts name, or None if snowshard did not create them."""
-        if not gtrid.startswith(PREFIX) or not _is_safe(bqual):
-            return None
-        group = gtrid[len(PREFIX):]
-        if group_created_ms(group) is None:
-            return None
-        return cls(group, bqual)
-
-    @classmethod
-    def parse_gid(cls, gid: str) -> Xid | None:
-        """The branch a PostgreSQL GID names, or None if snowshard did not create it."""
-        gtrid, sep, bqual = gid.partition(":")
-        return cls.parse(gtrid, bqual) if sep else None
-
-
-def _is_safe(name: str) -> bool:
-    return 0 < len(name) <= _MAX_PART and all(ch in _SAFE for ch in name)
-
-
-def branch_name(key: str, taken: Iterable[str]) -> str:
-    """``key`` as an XID part: unsafe characters become ``_``, cut to fit, made unique."""
-    base = "".join(ch if ch in _SAFE else "_" for ch in key)[:_MAX_PART - 4] or "db"
-    used = set(taken)
-    name, n = base, 1
-    while name in used:
-        n += 1
-        name = f"{base}~{n}"
-    return name
-
-
-# --------------------------------------------------------------------------- backends
-
-
-def backend_of(dialect_name: str) -> str | None:
-    """``"postgresql"`` or ``"mysql"`` (MariaDB too) for dialects that can prepare, else None."""
-    if dialect_name == "postgresql":
-        return "postgresql"
-    if dialect_name in ("mysql", "mariadb"):
-        return "mysql"
-    return None
-
-
-_prepared_limit: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
-
-
-def check_prepared_transactions(connection: Connection, database: str) -> None:
-    """Raise :class:`TwoPhaseUnavailable` if this PostgreSQL server cannot prepare.
-
-    Reads ``max_prepared_transactions`` once per engine (then cached).
-    """
-    engine = connection.engine
-    limit = _prepared_limit.get(engine)
-    if limit is None:
-        value = connection.exec_driver_sql("SHOW max_prepared_transactions").scalar()
-        limit = int(str(value))
-        _prepared_limit[engine] = limit
-    if limit <= 0:
-        raise TwoPhaseUnavailable(
-            f"twophase=True needs prepared transactions, but the PostgreSQL server of "
-            f"database {database!r} has max_prepared_transactions = {limit}; enable them "
-            f"with ALTER SYSTEM SET max_prepared_transactions = N (N > 0, at least "
-            f"max_connections is usual) and restart the server, or use twophase=False"
-        )
-
-
-def _autocommit(engine: Engine) -> Connection:
-    return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-
-
-def in_doubt_branches(connection: Connection) -> list[Xid]:
-    """snowshard's prepared branches visible from ``connection``.
-
-    PostgreSQL: those of the connection's database (``pg_prepared_xacts``); MariaDB/MySQL:
-    every one on the server (``XA RECOVER``).
-    """
-    backend = backend_of(connection.dialect.name)
-    found: list[Xid] = []
-    if backend == "postgresql":
-        rows = connection.exec_driver_sql(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
-        ).scalars()
-        found = [xid for xid in map(Xid.parse_gid, rows) if xid is not None]
-    elif backend == "mysql":
-        for row in connection.exec_driver_sql("XA RECOVER").mappings():
-            data = row["data"]
-            text = data.decode("latin-1") if isinstance(data, bytes) else str(data)
-            cut = int(row["gtrid_length"])
-            xid = Xid.parse(text[:cut], text[cut:cut + int(row["bqual_length"])])
-            if xid is not None:
-                found.append(xid)
-    return found
-
-
-def _execute(connection: Connection, sql: str) -> None:
-    """Run a statement of the commit protocol; a failure stays the driver's error.
-
-    The session names the driver errors of its work (:mod:`.driver_errors`: "nothing was
-    committed, retry"); during a commit only the coordinator knows what committed, so its
-    statements opt out and their failures become the commit errors of this module.
-    """
-    connection.exec_driver_sql(sql, execution_options={DATABASE_OPTION: None})
-
-
-def finish_branch(connection: Connection, xid: Xid, *, commit: bool) -> None:
-    """Commit or roll back the prepared branch ``xid`` (``connection`` in autocommit mode)."""
-    backend = backend_of(connection.dialect.name) or ""
-    if backend == "mysql":
-        verb = "XA COMMIT" if commit else "XA ROLLBACK"
-    else:
-        verb = "COMMIT PREPARED" if commit else "ROLLBACK PREPARED"
-    _execute(connection, f"{verb} {xid.literal(backend)}")
-
-
-def is_unknown_branch(error: BaseException) -> bool:
-    """Whether a driver error says the branch does not exist (finished by someone else)."""
-    orig = getattr(error, "orig", error)
-    if getattr(orig, "sqlstate", None) == "42704":  # PostgreSQL undefined_object
-        return True
-    args: Any = getattr(orig, "args", ())
-    return bool(args) and args[0] == 1397  # MySQL XAER_NOTA
-
-
-# --------------------------------------------------------------------------- decisions
-
-_tables_ready: weakref.WeakSet[Engine] = weakref.WeakSet()
-
-
-def ensure_decisions_table(engine: Engine) -> None:
-    """Create ``snowshard_txn_decisions`` in ``engine``'s database if missing (once)."""
-    if engine in _tables_ready:
-        return
-    try:
-        decisions.create(engine, checkfirst=True)
-    except DBAPIError:  # created meanwhile by another process
-        decisions.create(engine, checkfirst=True)
-    _tables_ready.add(engine)
-
-
-def record_decision(engine: Engine, group: str, outcome: str, databases: Sequence[str]) -> str:
-    """Insert the decision for ``group`` unless one exists; return the one that holds."""
-    ensure_decisions_table(engine)
-    row = {
-        "group_id": group,
-        "outcome": outcome,
-        "databases": ",".join(databases),
-        "decided_at_ms": time.time_ns() // 1_000_000,
-    }
-    try:
-        with engine.begin() as conn:
-            conn.execute(insert(decisions), row)
-        return outcome
-    except IntegrityError:
-        found = read_decisions(engine, [group]).get(group)
-        if found is None:
-            raise
-        return found[0]
-
-
-def read_decisions(
-    engine: Engine, groups: Iterable[str] | None = None
-) -> dict[str, tuple[str, tuple[str, ...], int]]:
-    """``group -> (outcome, databases, decided_at_ms)``, for ``groups`` (default: all)."""
-    ensure_decisions_table(engine)
-    query = select(decisions)
-    if groups is not None:
-        wanted = list(groups)
-        if not wanted:
-            return {}
-        query = query.where(decisions.c.group_id.in_(wanted))
-    with engine.connect() as conn:
-        return {
-            row.group_id: (
-                row.outcome,
-                tuple(k for k in row.databases.split(",") if k),
-                int(row.decided_at_ms),
-            )
-            for row in conn.execute(query)
-        }
-
-
-def forget_decision(engine: Engine, groups: Iterable[str]) -> None:
-    """Delete the decision rows of ``groups``."""
-    wanted = list(groups)
-    if wanted:
-        with engine.begin() as conn:
-            conn.execute(delete(decisions).where(decisions.c.group_id.in_(wanted)))
-
 
 # --------------------------------------------------------------------------- the coordinator
 
@@ -545,9 +300,9 @@ class CommitCoordinator:
             try:
                 if self.settings is not None and branch.backend == "mysql":
                     literal = branch.xid.literal("mysql")
-                    _execute(branch.connection, f"XA END {literal}")
+                    protocol_execute(branch.connection, f"XA END {literal}")
                     branch.state = "ended"
-                    _execute(branch.connection, f"XA COMMIT {literal} ONE PHASE")
+                    protocol_execute(branch.connection, f"XA COMMIT {literal} ONE PHASE")
                 else:
                     branch.connection.connection.commit()
                 branch.state = "done"
@@ -666,7 +421,7 @@ class CommitCoordinator:
                 if branch.backend == "mysql":
                     finish_branch(branch.connection, branch.xid, commit=False)
                 else:
-                    with _autocommit(branch.engine) as conn:
+                    with autocommit(branch.engine) as conn:
                         finish_branch(conn, branch.xid, commit=False)
                 branch.state = "done"
                 fire_twophase_event(branch.connection, "rollback_twophase", str(branch.xid), True)
@@ -679,11 +434,11 @@ def _prepare(branch: _Branch) -> None:
     connection = branch.connection
     if branch.backend == "mysql":
         literal = branch.xid.literal("mysql")
-        _execute(connection, f"XA END {literal}")
+        protocol_execute(connection, f"XA END {literal}")
         branch.state = "ended"
-        _execute(connection, f"XA PREPARE {literal}")
+        protocol_execute(connection, f"XA PREPARE {literal}")
     else:
-        _execute(connection, f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
+        protocol_execute(connection, f"PREPARE TRANSACTION {branch.xid.literal('postgresql')}")
     branch.state = "prepared"
     fire_twophase_event(connection, "prepare_twophase", str(branch.xid))
 
@@ -703,7 +458,7 @@ def _commit_prepared(branch: _Branch) -> None:
     for pause in pauses:
         time.sleep(pause)
         try:
-            with _autocommit(branch.engine) as conn:
+            with autocommit(branch.engine) as conn:
                 finish_branch(conn, branch.xid, commit=True)
             branch.state = "done"
             return
@@ -741,8 +496,8 @@ def _xa_rollback(branch: _Branch) -> None:
     literal = branch.xid.literal("mysql")
     try:
         if not ended:
-            _execute(connection, f"XA END {literal}")
-        _execute(connection, f"XA ROLLBACK {literal}")
+            protocol_execute(connection, f"XA END {literal}")
+        protocol_execute(connection, f"XA ROLLBACK {literal}")
     except SQLAlchemyError:
         if not connection.invalidated:
             connection.invalidate()
