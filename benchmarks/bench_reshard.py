@@ -31,11 +31,11 @@ import argparse
 import os
 import platform
 import random
-import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -158,25 +158,64 @@ def _writes(engine: Engine, threads: int, writes: int, base_id: int) -> float:
     return time.perf_counter() - began
 
 
-def bench_capture(backend: str, url: str, writes: int) -> list[str]:
-    lines = []
+Capture = Callable[[Engine], AbstractContextManager[Callable[[], "float | None"]]]
+"""Installs a capture on ``Order``'s tables for the block and removes it after; yields what
+to measure once the captured writes are done (None: nothing)."""
+
+
+def _overhead(url: str, writes: int, capture: Capture) -> Iterator[tuple[int, float, float, float | None]]:
+    """For 1 and 4 threads: (threads, writes' time without capture, with it, and what the
+    capture measured after its writes)."""
     with server_database(url) as engine:
         setup(engine, rows(1000))
         LOG.create(engine, checkfirst=True)
         for threads in (1, 4):
             plain_s = _writes(engine, threads, writes, 10_000_000 * threads)
-            with engine.begin() as connection:
-                for table in sharded_model(Order).tables:
-                    triggers.install_capture(connection, table, job="bench", pk="id", key="user_id")
-            captured_s = _writes(engine, threads, writes, 20_000_000 * threads)
-            with engine.begin() as connection:
-                for table in sharded_model(Order).tables:
-                    triggers.drop_capture(connection, table, job="bench")
-            lines += [
-                f"{backend:<11} capture {threads} thread(s) no triggers  {writes / plain_s:>8,.0f} writes/s  1.00x",
-                f"{backend:<11} capture {threads} thread(s) captured     {writes / captured_s:>8,.0f} writes/s  "
-                f"{captured_s / plain_s:.2f}x time  <= 1.3x",
-            ]
+            with capture(engine) as after:
+                captured_s = _writes(engine, threads, writes, 20_000_000 * threads)
+                measured = after()
+            yield threads, plain_s, captured_s, measured
+
+
+@contextmanager
+def _trigger_capture(engine: Engine) -> Iterator[Callable[[], float | None]]:
+    tables = sharded_model(Order).tables
+    with engine.begin() as connection:
+        for table in tables:
+            triggers.install_capture(connection, table, job="bench", pk="id", key="user_id")
+    try:
+        yield lambda: None
+    finally:
+        with engine.begin() as connection:
+            for table in tables:
+                triggers.drop_capture(connection, table, job="bench")
+
+
+@contextmanager
+def _logical_capture(engine: Engine) -> Iterator[Callable[[], float | None]]:
+    tables = list(sharded_model(Order).tables)
+    logical.install_logical(engine, "bench", tables)
+
+    def pumped() -> float:
+        """Changes per second moved from the slot into the change log."""
+        began = time.perf_counter()
+        logged = logical.pump(engine, "bench", "bench", "id", "user_id")
+        return logged / (time.perf_counter() - began)
+
+    try:
+        yield pumped
+    finally:
+        logical.drop_logical(engine, "bench", tables)
+
+
+def bench_capture(backend: str, url: str, writes: int) -> list[str]:
+    lines = []
+    for threads, plain_s, captured_s, _ in _overhead(url, writes, _trigger_capture):
+        lines += [
+            f"{backend:<11} capture {threads} thread(s) no triggers  {writes / plain_s:>8,.0f} writes/s  1.00x",
+            f"{backend:<11} capture {threads} thread(s) captured     {writes / captured_s:>8,.0f} writes/s  "
+            f"{captured_s / plain_s:.2f}x time  <= 1.3x",
+        ]
     return lines
 
 
@@ -186,26 +225,13 @@ def bench_capture_logical(url: str, writes: int) -> list[str]:
     writers pay for only in WAL (``REPLICA IDENTITY FULL`` logs whole old rows); then how
     fast the slot's changes are moved into the change log."""
     lines = []
-    with server_database(url) as engine:
-        setup(engine, rows(1000))
-        LOG.create(engine, checkfirst=True)
-        tables = list(sharded_model(Order).tables)
-        for threads in (1, 4):
-            plain_s = _writes(engine, threads, writes, 10_000_000 * threads)
-            logical.install_logical(engine, "bench", tables)
-            try:
-                captured_s = _writes(engine, threads, writes, 20_000_000 * threads)
-                began = time.perf_counter()
-                logged = logical.pump(engine, "bench", "bench", "id", "user_id")
-                pump_s = time.perf_counter() - began
-            finally:
-                logical.drop_logical(engine, "bench", tables)
-            lines += [
-                f"postgresql  capture {threads} thread(s) no capture   {writes / plain_s:>8,.0f} writes/s  1.00x",
-                f"postgresql  capture {threads} thread(s) logical slot {writes / captured_s:>8,.0f} writes/s  "
-                f"{captured_s / plain_s:.2f}x time  <= 1.3x",
-                f"postgresql  capture {threads} thread(s) slot -> log  {logged / pump_s:>8,.0f} changes/s",
-            ]
+    for threads, plain_s, captured_s, rate in _overhead(url, writes, _logical_capture):
+        lines += [
+            f"postgresql  capture {threads} thread(s) no capture   {writes / plain_s:>8,.0f} writes/s  1.00x",
+            f"postgresql  capture {threads} thread(s) logical slot {writes / captured_s:>8,.0f} writes/s  "
+            f"{captured_s / plain_s:.2f}x time  <= 1.3x",
+            f"postgresql  capture {threads} thread(s) slot -> log  {rate or 0:>8,.0f} changes/s",
+        ]
     return lines
 
 

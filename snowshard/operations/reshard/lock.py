@@ -45,6 +45,19 @@ def _key(job: str) -> int:
     return int.from_bytes(hashlib.blake2b(job.encode(), digest_size=8).digest(), "big") >> 1
 
 
+_PG_HELD = (
+    "l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
+)
+"""``pg_locks l`` rows of a granted advisory lock on one bigint key (:func:`_pg_lock_parts`)."""
+
+
+def _pg_lock_parts(job: str) -> dict[str, int]:
+    """The key of ``job``'s advisory lock as ``pg_locks`` shows it: high and low 32 bits."""
+    key = _key(job)
+    return {"hi": key >> 32, "lo": key & 0xFFFFFFFF}
+
+
 def lock_name(job: str) -> str:
     """The job's lock name on MariaDB (at most 64 characters whatever the job's name)."""
     return f"snowshard_reshard_{_key(job):016x}"
@@ -118,13 +131,10 @@ class JobLock:
         """Who holds the lock, as far as the server tells (best effort)."""
         try:
             if self.engine.dialect.name == "postgresql":
-                key = _key(self.job)
                 row = connection.execute(text(
                     "SELECT a.pid, a.client_addr, a.application_name, a.backend_start "
-                    "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-                    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
-                ), {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).first()
+                    f"FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE {_PG_HELD}"
+                ), _pg_lock_parts(self.job)).first()
                 if row is not None:
                     return (f"lock held by server process {row.pid} from {row.client_addr or 'local'}"
                             f" ({row.application_name or 'no application name'}), connected since "
@@ -182,12 +192,9 @@ class JobLock:
             return
         try:
             if self.engine.dialect.name == "postgresql":
-                key = _key(self.job)
                 mine = self._connection.execute(text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND pid = pg_backend_pid() AND objsubid = 1 "
-                    "AND classid::bigint = :hi AND objid::bigint = :lo"
-                ), {"hi": key >> 32, "lo": key & 0xFFFFFFFF}).scalar()
+                    f"SELECT count(*) FROM pg_locks l WHERE {_PG_HELD} AND l.pid = pg_backend_pid()"
+                ), _pg_lock_parts(self.job)).scalar()
             else:
                 mine = self._connection.execute(
                     text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": lock_name(self.job)}

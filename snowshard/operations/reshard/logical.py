@@ -63,6 +63,12 @@ def _slot(connection: Connection, job: str) -> str:
     return slot_name(job, str(database))
 
 
+def _slot_exists(connection: Connection, name: str) -> bool:
+    return bool(connection.execute(
+        text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
+    ).scalar())
+
+
 # --------------------------------------------------------------------------- pgoutput
 
 
@@ -204,15 +210,16 @@ def _quoted(connection: Connection, tables: Sequence[Table]) -> str:
     return ", ".join(preparer.format_table(table) for table in tables)
 
 
+def _replica_identity(connection: Connection, table: Table, identity: str) -> None:
+    connection.execute(text(f"ALTER TABLE {_quoted(connection, [table])} REPLICA IDENTITY {identity}"))
+
+
 def install_logical(engine: Engine, job: str, tables: Sequence[Table]) -> None:
     """Replica identity, publication and slot for ``tables`` of one database (idempotent)."""
     with engine.begin() as connection:
         name = _slot(connection, job)
         for table in tables:
-            connection.execute(text(
-                f"ALTER TABLE {connection.dialect.identifier_preparer.format_table(table)} "
-                "REPLICA IDENTITY FULL"
-            ))
+            _replica_identity(connection, table, "FULL")
         exists = connection.execute(
             text("SELECT 1 FROM pg_publication WHERE pubname = :name"), {"name": name}
         ).scalar()
@@ -220,10 +227,7 @@ def install_logical(engine: Engine, job: str, tables: Sequence[Table]) -> None:
             connection.execute(text(f"CREATE PUBLICATION {name} FOR TABLE {_quoted(connection, tables)}"))
     # a logical slot cannot be made in a transaction that wrote: a connection of its own
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
-        exists = connection.execute(
-            text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
-        ).scalar()
-        if not exists:
+        if not _slot_exists(connection, name):
             connection.execute(
                 text("SELECT pg_create_logical_replication_slot(:name, 'pgoutput')"), {"name": name}
             )
@@ -234,17 +238,12 @@ def drop_logical(engine: Engine, job: str, tables: Sequence[Table] = ()) -> None
     get their replica identity back to the default."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         name = _slot(connection, job)
-        if connection.execute(
-            text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
-        ).scalar():
+        if _slot_exists(connection, name):
             connection.execute(text("SELECT pg_drop_replication_slot(:name)"), {"name": name})
         connection.execute(text(f"DROP PUBLICATION IF EXISTS {name}"))
         for table in tables:
             if connection.dialect.has_table(connection, table.name):
-                connection.execute(text(
-                    f"ALTER TABLE {connection.dialect.identifier_preparer.format_table(table)} "
-                    "REPLICA IDENTITY DEFAULT"
-                ))
+                _replica_identity(connection, table, "DEFAULT")
 
 
 _PEEK = text(
@@ -261,9 +260,7 @@ def pump(engine: Engine, job: str, log_job: str, pk: str, key: str) -> int:
     written = 0
     with engine.connect() as connection:
         name = _slot(connection, job)
-        if not connection.execute(
-            text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
-        ).scalar():
+        if not _slot_exists(connection, name):
             return 0  # dropped at cutover or rollback: nothing left to capture
         upto = connection.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one()
     while True:

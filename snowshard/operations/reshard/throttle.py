@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError

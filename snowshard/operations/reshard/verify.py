@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Table, delete, func, select
 
+from snowshard.operations.reshard.catchup import collect
 from snowshard.operations.reshard.copy import route_rows, write_routed
 from snowshard.operations.reshard.plan import Placement, ReshardPlan
-from snowshard.operations.reshard.catchup import collect
 from snowshard.operations.reshard.state import LOG
 
 __all__ = ["RangeCheck", "VerifyReport", "compare_keys", "key_ranges", "verify"]
