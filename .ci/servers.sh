@@ -87,9 +87,16 @@ mariadb_server() {
         if [ ! -d "$datadir/mysql" ]; then
             say "initializing $datadir"
             rm -rf "$datadir"
-            mariadb-install-db --no-defaults --user=mysql --datadir="$datadir" \
-                --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve \
-                >/dev/null
+            # One bootstrap at a time: several run side by side on a new machine sometimes
+            # fail ("Unknown table 'mysql.tmp_user_sys'") and leave a half-made directory.
+            # A failed one is removed, so the next run starts it again.
+            if ! flock /run/mysqld/install-db.lock \
+                mariadb-install-db --no-defaults --user=mysql --datadir="$datadir" \
+                    --auth-root-authentication-method=normal --skip-test-db \
+                    --skip-name-resolve >/dev/null; then
+                rm -rf "$datadir"
+                die "mariadb-install-db failed for $datadir"
+            fi
         fi
         if ! mariadb_socket_up >/dev/null 2>&1; then
             say "starting mariadbd on port $port ($datadir)"
