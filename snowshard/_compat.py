@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import sqlalchemy
 from sqlalchemy import Subquery
 from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
 from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
@@ -55,6 +56,8 @@ __all__ = [
     "interim_rows",
     "is_type_bound",
     "keyed_subquery",
+    "hand_back_parameters",
+    "invoke_statement",
     "later_orm_hooks",
     "limit_offset_of",
     "order_by_of",
@@ -360,6 +363,35 @@ def orm_cursor_result(
         session, statement, params, options, bind_arguments, cursor_result
     )
     return found
+
+
+_READS_HOOK_PARAMETERS = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+
+
+def hand_back_parameters(state: Any, parameters: Any) -> bool:
+    """Give the statement a ``do_orm_execute`` hook hands back (``state.statement``) these
+    execution parameters; False if this version cannot, and the hook must run it itself.
+
+    Version 2.1.x reads ``ORMExecuteState.parameters`` again after the hooks; 2.0.x
+    executes the parameters given to ``Session.execute`` whatever a hook sets.
+    """
+    if not _READS_HOOK_PARAMETERS:
+        return False
+    state.parameters = parameters
+    return True
+
+
+def invoke_statement(
+    state: Any, statement: Any, params: Any, bind_arguments: dict[str, Any]
+) -> Result[Any]:
+    """``state.invoke_statement`` with parameters merged over the execution's own.
+
+    SQLAlchemy versions 2.0.x (to at least 2.0.44) merge them with ``dict(state.parameters)``, which
+    fails for a statement executed without parameters (None); 2.1.x handles None.
+    """
+    if params and state.parameters is None:
+        state.parameters = {}
+    return state.invoke_statement(statement, params=params, bind_arguments=bind_arguments)  # type: ignore[no-any-return]
 
 
 def later_orm_hooks(state: Any) -> bool:

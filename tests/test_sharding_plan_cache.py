@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import bindparam, event, select
 
 from snowshard.sharding import ShardedSession, UnsupportedShardQuery
 from snowshard.sharding.plan_cache import PlanCache, plan_cache_of
@@ -91,6 +91,35 @@ def test_in_list_values_are_rebound(world: World) -> None:
             for us in ([1, 5], [5], [1])
         ]
     assert found == [[10, 11, 50, 51], [50, 51], [10, 11]]
+
+
+@pytest.mark.parametrize("inner_user", [2, 1], ids=["other-shard", "same-shard"])
+def test_a_query_run_by_an_autoflush_hook_never_lends_its_values(
+    sql_backend: str, sharded_world: WorldFactory, inner_user: int
+) -> None:
+    """A keyed read whose autoflush runs a hook that queries gets its own user's rows."""
+    world = _fill(sharded_world(SHOP, sql_backend))
+    with world.session() as session:
+        assert _amounts(session, 1) == [10, 11]  # the shape's plan, made for user 1
+        seen: list[list[int]] = []
+
+        @event.listens_for(session, "before_flush")
+        def query_in_hook(*args: Any) -> None:
+            seen.append(_amounts(session, inner_user))
+
+        order = session.scalars(select(SHOP.Order).where(SHOP.Order.user_id == 7)).first()
+        assert order is not None
+        order.amount += 100  # dirty: the next query autoflushes after routing
+        found = _amounts(session, 5)  # user 5 shares user 1's table
+    assert (found, seen) == ([50, 51], [[10 * inner_user, 10 * inner_user + 1]])
+
+
+def test_execution_parameters_win_over_a_templates_values(world: World) -> None:
+    """A named parameter given at execution routes and binds the given value each time."""
+    query = select(SHOP.Order.amount).where(SHOP.Order.user_id == bindparam("user"))
+    with world.session() as session:
+        found = [sorted(session.scalars(query, {"user": u})) for u in (1, 5, 2)]
+    assert found == [[10, 11], [50, 51], [20, 21]]
 
 
 def test_merged_plan_is_reused_only_for_equal_values(spread: World) -> None:

@@ -37,6 +37,8 @@ from sqlalchemy.sql.elements import BindParameter, ClauseElement
 from snowshard._compat import (
     forget_clone_origin,
     has_options,
+    hand_back_parameters,
+    invoke_statement,
     later_orm_hooks,
     limit_offset_of,
 )
@@ -97,8 +99,10 @@ DIRECT_MAPPER = "snowshard_direct_mapper"
 mapper, whose SELECT needs no routing."""
 
 
-def _run(state: ORMExecuteState, statement: Any, database: str) -> Result[Any]:
-    return state.invoke_statement(statement, bind_arguments={BIND_KEY: database})
+def _run(
+    state: ORMExecuteState, statement: Any, database: str, params: Mapping[str, Any] | None = None
+) -> Result[Any]:
+    return invoke_statement(state, statement, params, {BIND_KEY: database})
 
 
 def _targets(models: Sequence[ShardedModel], shards: tuple[int, ...]) -> dict[ShardedModel, Target]:
@@ -477,7 +481,8 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             allowed = apply_hint(hint, models, Route(None)).shards
         return run_bulk(state, lead, allowed)
     params = {} if state.is_executemany else (state.parameters or {})
-    plan: Plan = cached_plan(
+    plan: Plan
+    plan, values = cached_plan(
         session, state.statement, params, hint, models,
         lambda: plan_statement(session, state.statement, params, hint, models),  # type: ignore[arg-type]
         lookup,
@@ -486,15 +491,19 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         watcher(session, plan)
     if plan.merge is not None and not later_orm_hooks(state):
         return run_merged(state, plan.steps, plan.merge)
+    # a cached template's statements take this statement's values as parameters (the
+    # caller's own parameters win, as they win over bound values)
+    given = {**values, **params} if values else None  # type: ignore[dict-item]
     if plan.merge is None and len(plan.steps) == 1:
         # one physical statement: hand it back to the session in place of the logical one
         # (SQLAlchemy runs ORMExecuteState.statement after the hooks), which spares a
         # second pass through Session.execute for the commonest query: one key, one table
         (step,) = plan.steps
-        state.statement = step.statement
-        state.bind_arguments[BIND_KEY] = step.database
-        return None
-    results = [_run(state, step.statement, step.database) for step in plan.steps]
+        if given is None or hand_back_parameters(state, given):
+            state.statement = step.statement
+            state.bind_arguments[BIND_KEY] = step.database
+            return None
+    results = [_run(state, step.statement, step.database, given) for step in plan.steps]
     if plan.merge is not None:
         return plan.merge.merge(results)
     return merge_results(results)

@@ -9,9 +9,13 @@ per ORM entity (the statement's subject):
 * the sharded models the statement names;
 * per routing outcome (the shards its WHERE names, the shard hint, the session's
   databases): the plan of a statement read from one source (one shard, or one UNION ALL),
-  whose physical statements read their bound values from the statement being executed
-  (:class:`~snowshard._compat.SlotParameter`). Their SQLAlchemy cache keys are computed
-  once, so the compiled cache hits without walking them again;
+  whose physical statements take the bound values of the statement being executed as
+  execution parameters under their own keys (:class:`~snowshard._compat.SlotParameter`).
+  Their SQLAlchemy cache keys are computed once, so the compiled cache hits without
+  walking them again. The values travel with the execution, never through shared state,
+  so a statement run in between (by an autoflush's hook, say) cannot lend its values;
+* per shape, how its WHERE clause routes (:func:`~.routing.route_recipe`): the key terms'
+  positions among the bound values, so routing a new statement walks nothing;
 * plans merged from several sources are kept only for equal bound values (their merge
   depends on LIMIT, OFFSET and constants), and never when execution parameters are given.
 
@@ -24,8 +28,8 @@ session). Statements SQLAlchemy cannot cache, UPDATE and DELETE always take the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Optional
@@ -45,16 +49,19 @@ from snowshard._compat import (
 from snowshard.sharding.analysis import unsharded_tables
 from snowshard.sharding.hints import Hint, apply_hint
 from snowshard.sharding.model import ShardedModel
-from snowshard.sharding.routing import route
+from snowshard.sharding.routing import Route, route, route_recipe
 
 __all__ = ["PLANS_INFO", "Lookup", "PlanCache", "cached_plan", "plan_cache_of", "shape_models"]
 
 _values: ContextVar[Mapping[object, Sequence[Any]]] = ContextVar(
     "snowshard_shape_values", default={}
 )
-"""Per cached plan (its owner token): the bound values of the statement being executed."""
+"""Per cached plan (its owner token): the bound parameters of the statement being executed
+(read while it compiles; its SQL gets the values as execution parameters)."""
 
 _UNCACHEABLE = object()
+_UNKNOWN = object()
+_NONE: Mapping[str, Any] = {}
 
 
 class _Slot:
@@ -69,57 +76,79 @@ class _Slot:
 
     def __call__(self) -> Any:
         found = _values.get().get(self.owner)
-        return self.default if found is None else found[self.index]
+        return self.default if found is None else found[self.index].effective_value
 
 
 class _Shape:
     """What is known about one statement shape."""
 
-    __slots__ = ("models", "plans", "unsharded")
+    __slots__ = ("models", "plans", "recipe", "unsharded")
 
     def __init__(self, models: list[ShardedModel], unsharded: bool) -> None:
         self.models = models
         self.unsharded = unsharded
         self.plans: dict[Hashable, Any] = {}
+        self.recipe: Any = _UNKNOWN
+        """The shape's :data:`~snowshard.sharding.routing.RouteRecipe` (None: walk)."""
 
 
 class _Template:
-    """A cached plan whose statements read the executing statement's values."""
+    """A cached plan whose statements read the executing statement's values.
 
-    __slots__ = ("owner", "plan")
+    ``keys`` are its bound parameters' keys by position in the logical statement's cache
+    key: each execution passes its values as execution parameters under those keys, so
+    the SQL gets them even if another statement of the same shape runs in between (a
+    ``before_flush`` hook querying during autoflush); the context variable only serves
+    reads of a value while the statement is compiled.
+    """
 
-    def __init__(self, owner: object, plan: Any) -> None:
+    __slots__ = ("keys", "owner", "plan")
+
+    def __init__(self, owner: object, plan: Any, keys: list[tuple[str, int]]) -> None:
         self.owner = owner
         self.plan = plan
+        self.keys = keys
+
+    def parameters(self, binds: Sequence[Any]) -> dict[str, Any]:
+        """The execution parameters that give this template ``binds``' values."""
+        return {key: binds[index].effective_value for key, index in self.keys}
 
 
 class PlanCache:
-    """A bounded, thread-safe LRU mapping: statement cache key -> what its shape needs."""
+    """A bounded, thread-safe LRU mapping: statement cache key -> what its shape needs.
+
+    A hit hashes its key once and takes no lock: it stamps the entry with a counter, and a
+    put past the size drops the entries with the oldest stamps (as SQLAlchemy's own
+    statement cache does). A statement's cache key is a long tuple, rehashed on every
+    lookup, so each extra dictionary operation per execution shows in keyed reads.
+    """
 
     def __init__(self, size: int = 512) -> None:
         self.size = size
-        self._entries: OrderedDict[Hashable, _Shape] = OrderedDict()
+        self._entries: dict[Hashable, list[Any]] = {}
+        self._clock = itertools.count()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, key: Hashable) -> Optional[_Shape]:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._entries.move_to_end(key)
-            return found
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        entry[0] = next(self._clock)
+        return entry[1]  # type: ignore[no-any-return]
 
     def put(self, key: Hashable, shape: _Shape) -> _Shape:
         with self._lock:
-            found = self._entries.setdefault(key, shape)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-            return found
+            entry = self._entries.setdefault(key, [0, shape])
+            entry[0] = next(self._clock)
+            if len(self._entries) > self.size:
+                by_age = sorted(self._entries.items(), key=lambda item: item[1][0])
+                for old, _ in by_age[: len(self._entries) - self.size]:
+                    del self._entries[old]
+            return entry[1]  # type: ignore[no-any-return]
 
     def clear(self) -> None:
         with self._lock:
@@ -189,10 +218,13 @@ def _same(left: Any, right: Any) -> bool:
         return False
 
 
-def _slotted(statement: Any, logical: Any, owner: object) -> Optional[Any]:
+def _slotted(
+    statement: Any, logical: Any, owner: object, keys: dict[str, int]
+) -> Optional[Any]:
     """``statement`` (a physical rewrite of the statement with cache key ``logical``) with
     each bound parameter reading the executing statement's value, or None if its bound
-    parameters do not line up one to one with the logical statement's."""
+    parameters do not line up one to one with the logical statement's. Each parameter's
+    key goes into ``keys`` with its position (None too if a key would name two)."""
     physical = cache_key_of(statement)
     if physical is None or len(physical.bindparams) != len(logical.bindparams):
         return None
@@ -202,7 +234,9 @@ def _slotted(statement: Any, logical: Any, owner: object) -> Optional[Any]:
             mine.effective_value, theirs.effective_value
         ):
             return None
-        slots[mine] = slot_parameter(mine, _Slot(owner, index, mine.effective_value))
+        slot = slots[mine] = slot_parameter(mine, _Slot(owner, index, mine.effective_value))
+        if keys.setdefault(slot.key, index) != index:
+            return None
 
     def replace(element: Any) -> Any:
         if isinstance(element, KeyedSubquery):
@@ -225,16 +259,31 @@ def _slotted(statement: Any, logical: Any, owner: object) -> Optional[Any]:
 def _template(plan: Any, logical: Any) -> Any:
     owner = object()
     steps = []
+    keys: dict[str, int] = {}
     for step in plan.steps:
-        slotted = _slotted(step.statement, logical, owner)
+        slotted = _slotted(step.statement, logical, owner, keys)
         if slotted is None:
             return _UNCACHEABLE
         steps.append(dataclasses.replace(step, statement=slotted))
-    return _Template(owner, dataclasses.replace(plan, steps=steps))
+    return _Template(owner, dataclasses.replace(plan, steps=steps), list(keys.items()))
 
 
 def _dialect(session: Any, model: ShardedModel) -> Hashable:
     return session.get_bind(mapper=model.mappers[0]).dialect.name  # type: ignore[no-any-return]
+
+
+def _route(
+    shape: _Shape, statement: Any, params: Any, models: Sequence[ShardedModel], binds: Any
+) -> Route:
+    """:func:`route` of ``statement``, by its shape's recipe when it has one."""
+    if params:  # execution parameters override bound values: only the walk reads them
+        return route(models, statement.whereclause, params)
+    recipe = shape.recipe
+    if recipe is _UNKNOWN:
+        recipe = shape.recipe = route_recipe(models, statement.whereclause, binds)
+    if recipe is None:
+        return route(models, statement.whereclause, params)
+    return Route(recipe(binds))
 
 
 def cached_plan(
@@ -245,19 +294,21 @@ def cached_plan(
     models: Sequence[ShardedModel],
     build: Callable[[], Any],
     lookup: Lookup,
-) -> Any:
-    """The plan ``build()`` makes for ``statement``, reused across statements of its shape.
+) -> tuple[Any, Mapping[str, Any]]:
+    """The plan ``build()`` makes for ``statement``, reused across statements of its shape,
+    and the execution parameters its statements must run with (empty unless it is a
+    template: the values of ``statement``'s bound parameters).
 
     ``build`` is called (and may raise) whenever no plan is cached for this shape and
     routing outcome; refusals are never cached, so they are raised every time.
     """
     if not isinstance(statement, Select) or not isinstance(params, Mapping):
-        return build()
+        return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}
     if shape is None or shape.models != list(models) or (shape.unsharded and databases):
-        return build()
-    route_ = route(models, getattr(statement, "whereclause", None), params)
+        return build(), _NONE
+    route_ = _route(shape, statement, params, models, key.bindparams)
     if hint is not None:
         route_ = apply_hint(hint, models, route_)
     outcome = (route_.shards, hint, session.bind, tuple(databases.items()))
@@ -270,17 +321,18 @@ def cached_plan(
         else:
             found = shape.plans[outcome] = {}
     if isinstance(found, _Template):  # run the template even now: one compiled form
-        _values.set({found.owner: tuple(b.effective_value for b in key.bindparams)})
-        return found.plan
+        binds = key.bindparams
+        _values.set({found.owner: binds})
+        return found.plan, found.parameters(binds)
     values = _hashable([b.effective_value for b in key.bindparams])
     if found is _UNCACHEABLE or params or values is None:
-        return plan if plan is not None else build()
+        return (plan if plan is not None else build()), _NONE
     merged_key = (values, _dialect(session, models[0]))
     cached = found.get(merged_key)
     if cached is not None:
-        return cached
+        return cached, _NONE
     if plan is None:
         plan = build()
     if len(found) < 64:  # per routing outcome: the most common values only
         found[merged_key] = plan
-    return plan
+    return plan, _NONE
