@@ -10,13 +10,16 @@ receives its writes and refuses its own.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+import tests.backends
 from tests.backends import DatabaseFactory
 
 REPLICATION_TIMEOUT = 15.0  # seconds for a committed row to reach the replica
@@ -143,3 +146,19 @@ def test_replica_refuses_writes(postgres_replica_url: str) -> None:
     finally:
         engine.dispose()
     assert getattr(caught.value.orig, "sqlstate", None) == "25006"
+
+
+def _urls(text: str) -> dict[str, str]:
+    """``SNOWSHARD_TEST_*_URL`` names and the URLs written beside them in ``text``."""
+    pairs = re.findall(r"(SNOWSHARD_TEST_\w+_URL)[ =]+(\S+://\S+)", text)
+    return dict(pairs)
+
+
+def test_compose_file_describes_every_server_the_suite_reads() -> None:
+    """docker-compose.yml exports each URL the fixtures read and publishes each one's port."""
+    compose = (Path(__file__).parent.parent / "docker-compose.yml").read_text()
+    fixtures = _urls(tests.backends.__doc__ or "")
+    assert len(fixtures) == 8
+    assert _urls(compose) == fixtures
+    for url in fixtures.values():
+        assert f'"127.0.0.1:{make_url(url).port}:' in compose, url
