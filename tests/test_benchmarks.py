@@ -151,6 +151,16 @@ def test_proxy_refuses_a_negative_delay() -> None:
 
 
 @pytest.mark.slow
+def test_bench_instructions_counts_each_variant() -> None:
+    """bench_instructions prints instructions per call of plain and sharded, and a ratio."""
+    output = _run("bench_instructions.py", "--measure", "get", "--calls", "3", "--warm-up", "3")
+    line = re.search(r"^get by ID +([\d,]+) +([\d,]+) +(\d+\.\d\d)x", output, re.MULTILINE)
+    assert line, output
+    plain, sharded = (int(n.replace(",", "")) for n in line.groups()[:2])
+    assert plain > 10_000 and sharded > 10_000, line.group(0)
+
+
+@pytest.mark.slow
 def test_bench_fanout_runs_and_drops_its_databases(postgres_url: str) -> None:
     """bench_fanout prints each measure with and without the proxy; its databases are gone."""
     output = _run(
