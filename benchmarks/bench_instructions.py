@@ -41,27 +41,28 @@ def child(variant: str, calls: int, warm_up: int, path: str) -> None:
     sys.path.insert(0, str(HERE))
     import bench_sharding as b
     import sqlalchemy as sa
+    from bench_sharding import _getter, _insert, _keyed, _rows
     from sqlalchemy.orm import Session
 
     from snowshard.sharding import ShardedSession, create_all, sharded_model
 
     engine = sa.create_engine(f"sqlite:///{path}")
-    rows = b._rows(400, 10)
+    rows = _rows(400, 10)
     create_all(b.Base.metadata, bind=engine)
-    b._insert(engine, b.Plain.__table__, rows)  # type: ignore[arg-type]
+    _insert(engine, b.Plain.__table__, rows)  # type: ignore[arg-type]
     spec = sharded_model(b.Order)
     by_shard: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_shard.setdefault(spec.shard_of("user_id", row["user_id"]), []).append(row)
     for shard, part in by_shard.items():
-        b._insert(engine, spec.tables[shard], part)
+        _insert(engine, spec.tables[shard], part)
     kind, what = variant.split()
     session = Session(engine) if kind == "plain" else ShardedSession(engine)
     model = b.Plain if kind == "plain" else b.Order
     if what == "keyed":
-        action = b._keyed(session, model, sorted({r["user_id"] for r in rows}))
+        action = _keyed(session, model, sorted({r["user_id"] for r in rows}))
     else:
-        action = b._getter(session, model, [r["id"] for r in rows[:400]])
+        action = _getter(session, model, [r["id"] for r in rows[:400]])
     for _ in range(warm_up):
         action()
     # counting starts here: set-up and warm-up ran uninstrumented (--instr-atstart=no)
