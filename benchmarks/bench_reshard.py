@@ -208,14 +208,24 @@ def _logical_capture(engine: Engine) -> Iterator[Callable[[], float | None]]:
         logical.drop_logical(engine, "bench", tables)
 
 
+def _capture_lines(
+    backend: str, threads: int, writes: int, timed: tuple[tuple[str, float], tuple[str, float]]
+) -> list[str]:
+    """The baseline's and the captured writers' lines: ``timed`` is (label, seconds) of each."""
+    (plain, plain_s), (captured, captured_s) = timed
+    head = f"{backend:<11} capture {threads} thread(s)"
+    return [
+        f"{head} {plain:<12} {writes / plain_s:>8,.0f} writes/s  1.00x",
+        f"{head} {captured:<12} {writes / captured_s:>8,.0f} writes/s  "
+        f"{captured_s / plain_s:.2f}x time  <= 1.3x",
+    ]
+
+
 def bench_capture(backend: str, url: str, writes: int) -> list[str]:
     lines = []
     for threads, plain_s, captured_s, _ in _overhead(url, writes, _trigger_capture):
-        lines += [
-            f"{backend:<11} capture {threads} thread(s) no triggers  {writes / plain_s:>8,.0f} writes/s  1.00x",
-            f"{backend:<11} capture {threads} thread(s) captured     {writes / captured_s:>8,.0f} writes/s  "
-            f"{captured_s / plain_s:.2f}x time  <= 1.3x",
-        ]
+        timed = (("no triggers", plain_s), ("captured", captured_s))
+        lines += _capture_lines(backend, threads, writes, timed)
     return lines
 
 
@@ -226,12 +236,11 @@ def bench_capture_logical(url: str, writes: int) -> list[str]:
     fast the slot's changes are moved into the change log."""
     lines = []
     for threads, plain_s, captured_s, rate in _overhead(url, writes, _logical_capture):
-        lines += [
-            f"postgresql  capture {threads} thread(s) no capture   {writes / plain_s:>8,.0f} writes/s  1.00x",
-            f"postgresql  capture {threads} thread(s) logical slot {writes / captured_s:>8,.0f} writes/s  "
-            f"{captured_s / plain_s:.2f}x time  <= 1.3x",
-            f"postgresql  capture {threads} thread(s) slot -> log  {rate or 0:>8,.0f} changes/s",
-        ]
+        timed = (("no capture", plain_s), ("logical slot", captured_s))
+        lines += _capture_lines("postgresql", threads, writes, timed)
+        lines.append(
+            f"postgresql  capture {threads} thread(s) slot -> log  {rate or 0:>8,.0f} changes/s"
+        )
     return lines
 
 

@@ -49,15 +49,15 @@ __all__ = [
     "forget_clone_origin",
     "greenlet_spawn",
     "group_by_of",
+    "hand_back_parameters",
     "has_having",
     "has_multi_values",
     "has_options",
     "having_of",
     "interim_rows",
+    "invoke_statement",
     "is_type_bound",
     "keyed_subquery",
-    "hand_back_parameters",
-    "invoke_statement",
     "later_orm_hooks",
     "limit_offset_of",
     "order_by_of",
@@ -386,12 +386,16 @@ def invoke_statement(
 ) -> Result[Any]:
     """``state.invoke_statement`` with parameters merged over the execution's own.
 
-    SQLAlchemy versions 2.0.x (to at least 2.0.44) merge them with ``dict(state.parameters)``, which
-    fails for a statement executed without parameters (None); 2.1.x handles None.
+    SQLAlchemy versions 2.0.x (to at least 2.0.44) merge them with
+    ``dict(state.parameters)``, which fails for a statement executed without parameters
+    (None); 2.1.x handles None.
     """
     if params and state.parameters is None:
         state.parameters = {}
-    return state.invoke_statement(statement, params=params, bind_arguments=bind_arguments)  # type: ignore[no-any-return]
+    result: Result[Any] = state.invoke_statement(
+        statement, params=params, bind_arguments=bind_arguments
+    )
+    return result
 
 
 def later_orm_hooks(state: Any) -> bool:

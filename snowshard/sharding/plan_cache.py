@@ -223,8 +223,8 @@ def _slotted(
 ) -> Optional[Any]:
     """``statement`` (a physical rewrite of the statement with cache key ``logical``) with
     each bound parameter reading the executing statement's value, or None if its bound
-    parameters do not line up one to one with the logical statement's. Each parameter's
-    key goes into ``keys`` with its position (None too if a key would name two)."""
+    parameters do not line up one to one with the logical statement's, or if one key would
+    stand for two positions. Each parameter's key goes into ``keys`` with its position."""
     physical = cache_key_of(statement)
     if physical is None or len(physical.bindparams) != len(logical.bindparams):
         return None
