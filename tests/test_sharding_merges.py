@@ -3,15 +3,20 @@ them: same values, same Python types, same decimal scale as one unsharded table.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
+from functools import cmp_to_key
+from operator import itemgetter
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import Integer, String, cast, func, select
 
 from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.arith import MergedDivisionByZero
-from snowshard.sharding.merge import MergePlan
+from snowshard.sharding.merge import MergePlan, sort_key
 from tests.shop_setup import Setup, build_setup
 
 BACKENDS = [
@@ -132,3 +137,33 @@ def test_a_source_never_computes_a_merged_division(setup: Setup) -> None:
         lambda m: select(func.sum(m.amount) / (func.count() - 20)).select_from(m),
     )
     assert got == twin and len(got) == 1
+
+
+_ORDER_PARTS = st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=3)
+_VALUE = st.one_of(st.none(), st.integers(-3, 3))
+
+
+def _sql_compare(order: list[tuple[bool, bool]]) -> Any:
+    """ORDER BY as SQL defines it, one comparison at a time (the reference)."""
+
+    def compare(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
+        for (descending, nulls_first), x, y in zip(order, a, b):
+            if x == y:
+                continue
+            if x is None or y is None:
+                return (-1 if x is None else 1) * (1 if nulls_first else -1)
+            return (-1 if x < y else 1) * (-1 if descending else 1)
+        return 0
+
+    return compare
+
+
+@given(order=_ORDER_PARTS, data=st.data())
+def test_sort_key_orders_rows_as_sql_does(order: list[tuple[bool, bool]], data: Any) -> None:
+    """sort_key's (key, reverse) sorts and heap-merges rows as ORDER BY does, NULLs included."""
+    rows = data.draw(st.lists(st.tuples(*[_VALUE for _ in order]), max_size=30))
+    key, reverse = sort_key([(itemgetter(i), d, n) for i, (d, n) in enumerate(order)])
+    expected = sorted(rows, key=cmp_to_key(_sql_compare(order)))
+    assert sorted(rows, key=key, reverse=reverse) == expected
+    parts = [sorted(rows[i::3], key=cmp_to_key(_sql_compare(order))) for i in range(3)]
+    assert list(heapq.merge(*parts, key=key, reverse=reverse)) == expected

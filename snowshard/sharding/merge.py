@@ -26,7 +26,8 @@ functions, division and CAST on other databases) raises
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -56,7 +57,7 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
 
-__all__ = ["MergePlan", "order_key"]
+__all__ = ["MergePlan", "sort_key"]
 
 _AGGREGATES = ("count", "sum", "min", "max", "avg")
 _NULLS_LARGE = ("postgresql", "oracle")
@@ -268,16 +269,6 @@ class MergePlan:
             else:
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))
 
-    def _sort_key(self, row: Sequence[Any]) -> tuple[Any, ...]:
-        parts: list[Any] = []
-        for index, descending, nulls_first in self.order:
-            value = row[index]
-            if value is None:
-                parts.append((0 if nulls_first else 2, None))
-            else:
-                parts.append((1, _Reversed(value) if descending else value))
-        return tuple(parts)
-
     def _merge_groups(
         self, rows: Iterable[Sequence[Any]], processors: Sequence[Any] = ()
     ) -> list[tuple[Any, ...]]:
@@ -310,19 +301,9 @@ class MergePlan:
                 )
             merged.append((outputs, tuple(values)))
         if self.order:
-            merged.sort(
-                key=lambda pair: self._key_of(
-                    [
-                        (fn(pair[0] if isinstance(fn, _output) else pair[1]), d, n)
-                        for fn, d, n in self.order
-                    ]
-                )
-            )
+            key, reverse = sort_key([(_pair_reader(fn), d, n) for fn, d, n in self.order])
+            merged.sort(key=key, reverse=reverse)
         return [outputs + values for outputs, values in merged]
-
-    @staticmethod
-    def _key_of(parts: Sequence[tuple[Any, bool, bool]]) -> tuple[Any, ...]:
-        return order_key(parts)
 
     def merge(self, results: Sequence[Result[Any]]) -> Result[Any]:
         """The statement's result, from each source's result of :attr:`source`."""
@@ -333,7 +314,8 @@ class MergePlan:
         if self.grouped:
             rows = self._merge_groups((r for part in parts for r in part), self._process())
         elif self.order:
-            rows = heapq.merge(*parts, key=self._sort_key)
+            key, reverse = sort_key([(itemgetter(i), d, n) for i, d, n in self.order])
+            rows = heapq.merge(*parts, key=key, reverse=reverse)
         else:
             rows = (r for part in parts for r in part)
         if self.distinct:
@@ -347,15 +329,47 @@ class MergePlan:
         return result
 
 
-def order_key(parts: Sequence[tuple[Any, bool, bool]]) -> tuple[Any, ...]:
-    """The sort key of ORDER BY values: each part is (value, descending, nulls_first)."""
-    key: list[Any] = []
-    for value, descending, nulls_first in parts:
-        if value is None:
-            key.append((0 if nulls_first else 2, None))
-        else:
-            key.append((1, _Reversed(value) if descending else value))
-    return tuple(key)
+def sort_key(
+    order: Sequence[tuple[Callable[[Any], Any], bool, bool]],
+) -> tuple[Callable[[Any], Any], bool]:
+    """``(key, reverse)`` that sort rows (``sorted``, ``heapq.merge``) by ORDER BY parts.
+
+    Each part is ``(read, descending, nulls_first)``, ``read`` giving the part's value of a
+    row. ``reverse`` is the first part's direction, so a one-way ORDER BY compares plain
+    values (a part going the other way compares inverted ones); a NULL sorts before or
+    after every value as ``nulls_first`` says.
+    """
+    reverse = order[0][1]
+    # with reverse=True the largest key comes first, so "first" means rank 2 there
+    parts = [(read, d != reverse, 0 if n != reverse else 2) for read, d, n in order]
+    if len(parts) == 1:
+        read, _, rank = parts[0]
+        null = (rank, None)
+
+        def one(row: Any) -> Any:
+            value = read(row)
+            return null if value is None else (1, value)
+
+        return one, reverse
+
+    def several(row: Any) -> Any:
+        key: list[tuple[int, Any]] = []
+        for read, flip, rank in parts:
+            value = read(row)
+            if value is None:
+                key.append((rank, None))
+            else:
+                key.append((1, _Reversed(value) if flip else value))
+        return tuple(key)
+
+    return several, reverse
+
+
+def _pair_reader(fn: Any) -> Callable[[tuple[Any, Any]], Any]:
+    """Reads an ORDER BY value of a merged group (outputs, values) with ``fn``."""
+    if isinstance(fn, _output):
+        return lambda pair: fn(pair[0])
+    return lambda pair: fn(pair[1])
 
 
 def _placeholder(column: Any, index: int) -> Any:

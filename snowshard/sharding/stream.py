@@ -44,7 +44,7 @@ from snowshard._compat import (
     interim_rows,
     several_rows_per_object,
 )
-from snowshard.sharding.merge import MergePlan, order_key
+from snowshard.sharding.merge import MergePlan, sort_key
 
 __all__ = ["STREAM_BATCH", "Source", "can_stream", "helper_label", "merge_sources"]
 
@@ -84,10 +84,12 @@ def _positions(plan: MergePlan, raw: CursorResult[Any]) -> list[int] | None:
         return None
 
 
-def _sort_key(plan: MergePlan, positions: Sequence[int]) -> Callable[[Sequence[Any]], Any]:
+def _sort_key(plan: MergePlan, positions: Sequence[int]) -> tuple[Callable[[Any], Any], bool]:
     # MergePlan.order counts helpers from the end of an ORM row: map them to raw positions
-    order = [(positions[plan.helpers + index], d, n) for index, d, n in plan.order]
-    return lambda row: order_key([(row[p], d, n) for p, d, n in order])
+    key, reverse = sort_key(
+        [(itemgetter(positions[plan.helpers + index]), d, n) for index, d, n in plan.order]
+    )
+    return (lambda pair: key(pair[1])), reverse
 
 
 def _unique(rows: Iterable[tuple[int, Any]], key: Callable[[Any], Any]) -> Iterator[tuple[int, Any]]:
@@ -127,8 +129,8 @@ def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None)
     streams = [_read(n, s, batch or STREAM_BATCH) for n, s in enumerate(sources)]
     merged: Iterable[tuple[int, Any]]
     if plan.order:
-        key = _sort_key(plan, positions)
-        merged = heapq.merge(*streams, key=lambda pair: key(pair[1]))
+        key, reverse = _sort_key(plan, positions)
+        merged = heapq.merge(*streams, key=key, reverse=reverse)
     else:
         merged = itertools.chain.from_iterable(streams)
     if plan.distinct:
