@@ -302,11 +302,17 @@ def cached_plan(
     ``build`` is called (and may raise) whenever no plan is cached for this shape and
     routing outcome; refusals are never cached, so they are raised every time.
     """
-    if not isinstance(statement, Select) or not isinstance(params, Mapping):
+    if not isinstance(statement, Select) or (
+        type(params) is not dict and not isinstance(params, Mapping)
+    ):
         return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}
-    if shape is None or shape.models != list(models) or (shape.unsharded and databases):
+    if (
+        shape is None
+        or (shape.models is not models and shape.models != list(models))
+        or (shape.unsharded and databases)
+    ):
         return build(), _NONE
     route_ = _route(shape, statement, params, models, key.bindparams)
     if hint is not None:
