@@ -178,3 +178,30 @@ def test_several_statements_per_database_stream_in_order(big: tuple[World, Shop]
             want.extend(tuple(r) for r in conn.execute(query))
     assert [tuple(r) for p in parts for r in p] == sorted(want, key=lambda r: (r[1], r[0]))
     assert all(len(p) == 100 for p in parts[:-1])
+
+
+def test_a_buffered_merge_hands_out_rows_in_pieces_in_merged_order(big: tuple[World, Shop]) -> None:
+    """Without yield_per the merged rows are built at once; fetchmany, partitions(n) and
+    all() still hand them out in the twin's order, under the statement's column names."""
+    world, shop = big
+    Order = shop.Order
+    statement = select(Order.id, Order.amount).order_by(Order.amount.desc(), Order.id).limit(50)
+    want = sorted(_all_rows(world, shop), key=lambda r: (-r[1], r[0]))[:50]
+    with world.session() as session:
+        result = session.execute(statement)
+        assert list(result.keys()) == ["id", "amount"]
+        first = result.fetchmany(5)
+        parts = list(result.partitions(7))
+    assert [tuple(r) for r in first] + [tuple(r) for p in parts for r in p] == want
+    assert [len(p) for p in parts] == [7] * 6 + [3]
+
+
+def test_a_merge_that_keeps_no_row_still_names_its_columns(big: tuple[World, Shop]) -> None:
+    """A merged read that keeps no row has the statement's columns and no rows."""
+    world, shop = big
+    Order = shop.Order
+    statement = select(Order.id, Order.amount).where(Order.amount < 0).order_by(Order.id)
+    with world.session() as session:
+        result = session.execute(statement)
+        assert list(result.keys()) == ["id", "amount"]
+        assert result.all() == []

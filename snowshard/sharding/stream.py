@@ -18,7 +18,10 @@ The merged result is an iterator-backed :class:`~sqlalchemy.engine.Result`: with
 ``yield_per=N`` (or ``stream_results=True``, in batches of :data:`STREAM_BATCH`) the
 sources are read through server-side cursors N rows at a time and the merge holds about
 N rows per source, so memory stays O(sources x N); ``partitions()`` yields N rows.
-Closing the result (or exhausting it) closes every source's cursor.
+Without either (a buffered result, as SQLAlchemy's default) the rows are merged and
+built when the statement executes, and the result takes its shape from one of the ORM
+results they were built in. Closing the result (or exhausting it) closes every source's
+cursor.
 
 Grouped and aggregate merges (:meth:`MergePlan.merge`) stay materialized: their input is
 one row per group and source; so do reads whose rows repeat objects (``joinedload`` of a
@@ -119,6 +122,28 @@ def can_stream(plan: MergePlan, sources: Sequence[Source]) -> bool:
     )
 
 
+def _empty(source: Source) -> Result[Any]:
+    """An ORM result of ``source``'s statement holding no rows: the merged result's shape."""
+    return source.load(buffered_copy(source.raw, []))
+
+
+def _build(
+    sources: Sequence[Source], pairs: Sequence[tuple[int, Any]]
+) -> tuple[list[Any], Result[Any] | None]:
+    """ORM rows of the kept raw rows, in merged order, built per source; and one of the
+    ORM results they were built in (None if no rows were kept)."""
+    rows_of: dict[int, list[Any]] = {}
+    for number, row in pairs:
+        rows_of.setdefault(number, []).append(row)
+    results = {
+        number: sources[number].load(buffered_copy(sources[number].raw, rows))
+        for number, rows in rows_of.items()
+    }
+    loaded = {number: iter(interim_rows(result)) for number, result in results.items()}
+    built = [next(loaded[number]) for number, _ in pairs]
+    return built, (results[min(results)] if results else None)
+
+
 def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None) -> Result[Any]:
     """The merged result of ``sources`` (module docstring); ``batch``: rows read and built
     at a time (``yield_per``), None to read each source whole (a buffered result)."""
@@ -140,34 +165,28 @@ def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None)
     end = None if plan.limit is None else plan.offset + plan.limit
     picked = itertools.islice(merged, plan.offset, end)
 
-    def build(pairs: Sequence[tuple[int, Any]]) -> list[Any]:
-        """ORM rows of the kept raw rows, in merged order, built per source."""
-        rows_of: dict[int, list[Any]] = {}
-        for number, row in pairs:
-            rows_of.setdefault(number, []).append(row)
-        loaded = {
-            number: iter(interim_rows(sources[number].load(buffered_copy(sources[number].raw, rows))))
-            for number, rows in rows_of.items()
-        }
-        return [next(loaded[number]) for number, _ in pairs]
-
-    def chunks(size: int | None) -> Iterator[list[Any]]:
-        step = size or batch
-        while True:
-            pairs = list(itertools.islice(picked, step) if step else picked)
-            if not pairs:
-                return
-            yield build(pairs)
-            if not step:
-                return
-
     def close() -> None:
         for source in sources:
             source.close()
 
-    template = sources[0].load(buffered_copy(sources[0].raw, []))
-    result = chunked_result(template, chunks, ResultCloser(close))
-    if batch is not None:
+    if batch is None:  # buffered: merge and build now, taking the shape from a built part
+        rows, built = _build(sources, list(picked))
+        remaining = iter(rows)
+        template = built if built is not None else _empty(sources[0])
+
+        def chunks(size: int | None) -> Iterator[list[Any]]:
+            # one chunk: fetchmany, partitions and yield_per slice what they hand out
+            if part := list(remaining):
+                yield part
+
+        result = chunked_result(template, chunks, ResultCloser(close))
+    else:
+
+        def chunks(size: int | None) -> Iterator[list[Any]]:
+            while pairs := list(itertools.islice(picked, size or batch)):
+                yield _build(sources, pairs)[0]
+
+        result = chunked_result(_empty(sources[0]), chunks, ResultCloser(close))
         result = result.yield_per(batch)
     if plan.helpers:
         return result.columns(*range(plan.width))
