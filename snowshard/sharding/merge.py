@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
 from decimal import ROUND_HALF_UP, Decimal
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Select, null
