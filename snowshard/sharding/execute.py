@@ -472,7 +472,8 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     if not models:
         return _unsharded(state, hint)
     lead = models[0]
-    if state.is_insert or (state.is_executemany and state.is_update):
+    many = state.is_executemany
+    if state.is_insert or (many and state.is_update):
         check_models(state.statement, models)
         if len(models) != 1:
             raise UnsupportedShardQuery("an INSERT may name one sharded model only")
@@ -480,7 +481,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         if hint is not None:
             allowed = apply_hint(hint, models, Route(None)).shards
         return run_bulk(state, lead, allowed)
-    params = {} if state.is_executemany else (state.parameters or {})
+    params = {} if many else (state.parameters or {})
     plan: Plan
     plan, values = cached_plan(
         session, state.statement, params, hint, models,
@@ -493,7 +494,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         return run_merged(state, plan.steps, plan.merge)
     # a cached template's statements take this statement's values as parameters (the
     # caller's own parameters win, as they win over bound values)
-    given = {**values, **params} if values else None  # type: ignore[dict-item]
+    given = ({**values, **params} if params else values) if values else None  # type: ignore[dict-item]
     if plan.merge is None and len(plan.steps) == 1:
         # one physical statement: hand it back to the session in place of the logical one
         # (SQLAlchemy runs ORMExecuteState.statement after the hooks), which spares a

@@ -118,9 +118,9 @@ def shard_hint(
 
 def hint_of(session: Any, options: Mapping[str, Any]) -> Optional[Hint]:
     """The hint of a statement: its execution options, else an active :func:`shard_hint`."""
-    hint = _parse(options.get(SHARD_OPTION), options.get(DATABASE_OPTION))
-    if hint is not None:
-        return hint
+    shard, database = options.get(SHARD_OPTION), options.get(DATABASE_OPTION)
+    if shard is not None or database is not None:
+        return _parse(shard, database)
     active = _active.get()
     return active[1] if active is not None and active[0] is session else None
 
