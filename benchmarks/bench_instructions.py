@@ -15,14 +15,17 @@ rows (SQLite in a file, so the database's own work is small and equal on both si
 Each variant runs in a child process under callgrind twice, counting only from the end of
 its set-up and ``--warm-up`` calls (500; the child switches counting on with
 ``callgrind_control``): once with no calls, once with ``--calls`` calls; the difference
-over ``--calls`` is the instructions per call. The models and rows are those of
-:mod:`bench_sharding` (16 tables in one database). Ratios are to the plain session
-measured in the same run.
+over ``--calls`` is the instructions per call. The cyclic garbage collector is off while
+counting: whether one of its passes lands among the counted calls is chance, and moved
+otherwise equal runs by tens of thousands of instructions per call. The models and rows
+are those of :mod:`bench_sharding` (16 tables in one database). Ratios are to the plain
+session measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import re
@@ -65,6 +68,10 @@ def child(variant: str, calls: int, warm_up: int, path: str) -> None:
         action = _getter(session, model, [r["id"] for r in rows[:400]])
     for _ in range(warm_up):
         action()
+    # the cyclic collector's passes fall inside or outside the counted calls by chance (a
+    # full pass over the loaded modules moved equal runs by ~50,000 instructions per call)
+    gc.collect()
+    gc.disable()
     # counting starts here: set-up and warm-up ran uninstrumented (--instr-atstart=no)
     subprocess.run(
         ["callgrind_control", "--instr=on", str(os.getpid())], check=True, capture_output=True
