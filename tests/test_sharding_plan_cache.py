@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import bindparam, event, select
 
-from snowshard.sharding import ShardedSession, UnsupportedShardQuery
+from snowshard.sharding import ShardedSession, UnsupportedShardQuery, shard_hint
 from snowshard.sharding.plan_cache import PlanCache, plan_cache_of
 from tests.worlds import SqlLog, World, WorldFactory, declare_shop
 
@@ -172,3 +172,17 @@ def test_the_cache_is_bounded_least_recently_used_first() -> None:
     assert cache.get("a") is not None
     cache.put("c", object())  # type: ignore[arg-type]
     assert (cache.get("a") is not None, cache.get("b"), len(cache)) == (True, None, 2)
+
+
+def test_a_refresh_is_never_routed_even_inside_a_database_hint(spread: World) -> None:
+    """An expired object reloads from the database it lives in, inside a shard_hint naming
+    another (a refresh is decided once per shape, as SQLAlchemy keys its SQL on it)."""
+    with spread.session() as session:
+        user = session.get(SPREAD.User, 3)
+        order = session.scalars(select(SPREAD.Order).where(SPREAD.Order.user_id == 3)).first()
+        assert user is not None and order is not None
+        session.expire_all()
+        with shard_hint(session, database="b"):
+            assert (user.name, order.user_id) == ("u3", 3)
+        session.expire_all()
+        assert (user.name, order.amount) == ("u3", 30)

@@ -71,7 +71,7 @@ from snowshard.sharding.hints import (
 )
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class
-from snowshard.sharding.plan_cache import cached_plan, shape_models
+from snowshard.sharding.plan_cache import cached_plan, is_column_load, shape_models
 from snowshard.sharding.reference import (
     copies,
     is_reference,
@@ -464,11 +464,11 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     direct = options.get(DIRECT_MAPPER)
     if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
         return None  # ShardedSession.get's own SELECT of one physical class
-    if state.is_orm_statement and state.is_column_load:  # text(): fails on 2.0.x
-        return None
+    models, lookup = shape_models(state.statement, _models)
+    if is_column_load(state, lookup):
+        return None  # a refresh reads where its object lives, whatever the hints
     session: Any = state.session
     hint = hint_of(session, options)
-    models, lookup = shape_models(state.statement, _models)
     if not models:
         return _unsharded(state, hint)
     lead = models[0]

@@ -82,11 +82,13 @@ class _Slot:
 class _Shape:
     """What is known about one statement shape."""
 
-    __slots__ = ("models", "plans", "recipe", "unsharded")
+    __slots__ = ("column_load", "models", "plans", "recipe", "unsharded")
 
     def __init__(self, models: list[ShardedModel], unsharded: bool) -> None:
         self.models = models
         self.unsharded = unsharded
+        self.column_load: Optional[bool] = None
+        """Whether the shape's statements refresh an object's attributes (None: not yet known)."""
         self.plans: dict[Hashable, Any] = {}
         self.recipe: Any = _UNKNOWN
         """The shape's :data:`~snowshard.sharding.routing.RouteRecipe` (None: walk)."""
@@ -200,6 +202,19 @@ def shape_models(
     if cache is not None:
         shape = cache.put(key.key, _Shape(models, bool(models and unsharded_tables(statement))))
     return models, Lookup(key, shape)
+
+
+def is_column_load(state: Any, lookup: Lookup) -> bool:
+    """``state.is_column_load`` (a refresh of an object's attributes), decided once per
+    shape: the refresh flag changes the SQL SQLAlchemy compiles, so it is part of the
+    statement's cache key, and statements of one shape are all refreshes or none."""
+    shape = lookup.shape
+    if shape is not None and shape.column_load is not None:
+        return shape.column_load
+    found = bool(state.is_orm_statement and state.is_column_load)  # text(): fails on 2.0.x
+    if shape is not None:
+        shape.column_load = found
+    return found
 
 
 def _hashable(values: Sequence[Any]) -> Optional[tuple[Any, ...]]:
