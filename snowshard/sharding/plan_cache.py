@@ -317,9 +317,7 @@ def cached_plan(
     ``build`` is called (and may raise) whenever no plan is cached for this shape and
     routing outcome; refusals are never cached, so they are raised every time.
     """
-    if not isinstance(statement, Select) or (
-        type(params) is not dict and not isinstance(params, Mapping)
-    ):
+    if not isinstance(statement, Select) or not isinstance(params, Mapping):
         return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}

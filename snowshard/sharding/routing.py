@@ -369,14 +369,6 @@ def _any_of(parts: list[RouteRecipe]) -> RouteRecipe:
 
 
 def _key_term(model: ShardedModel, key: str, index: int, expanding: bool) -> RouteRecipe:
-    if not expanding and model.timeline is None:  # the commonest: one key, one table
-
-        def one(binds: Sequence[Any]) -> Shards:
-            value = binds[index].effective_value
-            return frozenset((model.shard_of(key, value),)) if value is not None else frozenset()
-
-        return one
-
     def shards(binds: Sequence[Any]) -> Shards:
         value = binds[index].effective_value
         if expanding:

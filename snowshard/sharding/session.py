@@ -246,8 +246,6 @@ class ShardedSession(Session):
         """
         if bind is not None:
             return bind
-        if not self.databases and self.replica_router is None:
-            return super().get_bind(mapper, clause=clause, **kw)  # what _route would give
         return self._route(mapper, clause, kw)[0]
 
     def _route(
