@@ -1,7 +1,7 @@
 """Fan-out across databases behind a network delay vs the same query on one plain table.
 
     python benchmarks/bench_fanout.py                    # needs PostgreSQL
-    python benchmarks/bench_fanout.py --rows 50000 --rounds 9 --calls 30 --delay-ms 1
+    python benchmarks/bench_fanout.py --rows 50000 --rounds 30 --calls 10 --delay-ms 1
 
 Issue 14's latency target: a fan-out over 4 databases, each ~2 ms away, should cost at most
 1.3x the same query on one plain table ~2 ms away. A query that visits the databases one
@@ -34,9 +34,10 @@ Measures, each built as application code writes it (a new statement per call):
 * count: ``select(func.count()).select_from(M)``.
 
 Before timing, every variant's answers are checked against the plain table's. Each round
-runs ``--calls`` calls of every variant in turn (so machine noise hits all alike); the table
-prints the median over ``--rounds`` rounds of µs per call and the ratio to ``plain``
-measured in the same run. The header names the machine, its load and the date.
+runs ``--calls`` calls of every variant in turn, each round starting with the next variant
+(so machine noise hits all alike); the table prints the median over ``--rounds`` rounds of
+µs per call, and the median over rounds of each variant's ratio to ``plain`` in the same
+round (a paired ratio: a slow stretch of the machine that slows a whole round cancels out). The header names the machine, its load and the date.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from latency_proxy import DEFAULT_DELAY_MS, ProxyProcess
+from paired import Action, measure
 from sqlalchemy import BigInteger, Integer, String, func, select
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -78,7 +80,6 @@ TOP = 20
 CONCURRENCY_OPTION = "max_concurrency"
 """The keyword of :class:`ShardedSession` that bounds concurrent fan-out, where it exists."""
 
-Action = Callable[[], None]
 
 
 # --------------------------------------------------------------------------- models
@@ -203,21 +204,6 @@ def parallel(pool: ThreadPoolExecutor, sessions: list[Session], model: Any,
     return run
 
 
-def measure(actions: dict[str, Action], rounds: int, calls: int) -> dict[str, float]:
-    """Median µs per call of each action over ``rounds`` rounds that run them in turn."""
-    for action in actions.values():
-        for _ in range(max(3, calls // 2)):  # connections, statement caches, plans
-            action()
-    samples: dict[str, list[float]] = {name: [] for name in actions}
-    for _ in range(rounds):
-        for name, action in actions.items():
-            started = time.perf_counter()
-            for _ in range(calls):
-                action()
-            samples[name].append((time.perf_counter() - started) / calls * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def round_trip_ms(engine: Engine, calls: int) -> float:
     """Median ms of ``SELECT 1`` on one connection of ``engine``."""
     with engine.connect() as conn:
@@ -242,7 +228,7 @@ def session_options() -> dict[str, dict[str, Any]]:
 def measure_setting(
     plain_engine: Engine, engines: dict[str, Engine], plain: Any, order: Any,
     rows: int, rounds: int, calls: int,
-) -> dict[str, dict[str, float]]:  # fmt: skip
+) -> dict[str, dict[str, tuple[float, float]]]:  # fmt: skip
     """Every variant, both measures, on one set of engines (all proxied, or all direct)."""
     first = next(iter(engines.values()))
     width = len(engines)
@@ -260,7 +246,7 @@ def measure_setting(
         for name, session in sharded.items():
             if top(session, order) != expected_top or count(session, order) != rows:
                 raise AssertionError(f"{name} answers differ from the plain table's")
-        results: dict[str, dict[str, float]] = {}
+        results: dict[str, dict[str, tuple[float, float]]] = {}
         for label, query in (("top-20", top), ("count", count)):
             actions: dict[str, Action] = {
                 "plain": bound(query, plain_session, plain),
@@ -268,18 +254,18 @@ def measure_setting(
             }
             for name, session in sharded.items():
                 actions[name] = bound(query, session, order)
-            results[label] = measure(actions, rounds, calls)
+            results[label] = measure(actions, rounds, calls, max(3, calls // 2))
     return results
 
 
 def run(
     server: str, rows: int, rounds: int, calls: int, delay_ms: float, databases: int
-) -> tuple[dict[str, dict[str, float]], dict[str, float], list[str]]:
+) -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, float], list[str]]:
     """(µs per call by measure and variant, round trips in ms, database names)."""
     plain, order, metadata = declare(databases)
     data = make_rows(rows)
     keys = [chr(ord("a") + i) for i in range(databases)]
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, tuple[float, float]]] = {}
     trips: dict[str, float] = {}
     with postgres_databases(server, databases) as urls, ExitStack() as stack:
         names = [str(u.database) for u in urls]
@@ -313,7 +299,9 @@ def run(
     return results, trips, names
 
 
-def report(results: dict[str, dict[str, float]], trips: dict[str, float], note: str) -> None:
+def report(
+    results: dict[str, dict[str, tuple[float, float]]], trips: dict[str, float], note: str
+) -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"\nsnowshard fan-out benchmark, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
@@ -324,19 +312,22 @@ def report(results: dict[str, dict[str, float]], trips: dict[str, float], note: 
         f"round trip (SELECT 1, median): {trips['direct']:.2f} ms direct, "
         f"{trips['proxy']:.2f} ms through the proxy"
     )
-    print("µs per call (median of rounds) and ratio to plain; target: sharded <= 1.30x with proxy")
+    print(
+        "µs per call (median of rounds) and ratio to plain (median of the rounds' ratios); "
+        "target: sharded <= 1.30x with proxy"
+    )
     names = list(next(iter(results.values())))
     print(f"{'measure':<18}" + "".join(f"{n:>22}" for n in names))
     for measure_name, row in results.items():
-        cells = [f"{row[n]:>12.0f} {row[n] / row['plain']:>6.2f}x" for n in names]
+        cells = [f"{row[n][0]:>12.0f} {row[n][1]:>6.2f}x" for n in names]
         print(f"{measure_name:<18}" + "".join(f"{c:>22}" for c in cells))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rows", type=int, default=50_000, help="orders (default 50,000)")
-    parser.add_argument("--rounds", type=int, default=9, help="rounds (default 9)")
-    parser.add_argument("--calls", type=int, default=30, help="calls per round (default 30)")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds (default 30)")
+    parser.add_argument("--calls", type=int, default=10, help="calls per round (default 10)")
     parser.add_argument("--delay-ms", type=float, default=DEFAULT_DELAY_MS,
                         help=f"one-way delay of each proxy (default {DEFAULT_DELAY_MS})")  # fmt: skip
     parser.add_argument("--databases", type=int, default=4,

@@ -1,7 +1,7 @@
 """Reads of a sharded model vs one plain table, PostgreSQL partitioning and horizontal_shard.
 
     python benchmarks/bench_sharding.py                  # needs PostgreSQL
-    python benchmarks/bench_sharding.py --users 2000 --rounds 9 --calls 100
+    python benchmarks/bench_sharding.py --users 2000 --rounds 30 --calls 20
 
 PostgreSQL comes from ``--postgres URL`` or ``SNOWSHARD_TEST_POSTGRES_URL``; two throw-away
 databases ``snowshard_bench_*`` are created there and dropped afterwards. The same rows
@@ -23,9 +23,11 @@ Measures, each built as application code writes it (a new statement per call):
 * fan-out: ``select(M).order_by(M.id.desc()).limit(20)`` as ORM objects (partitioned and
   sharded models read every table; horizontal_shard does not merge, so it is left out).
 
-Each round runs ``--calls`` calls of every variant in turn (so machine noise hits all of
-them alike); the table prints the median over ``--rounds`` rounds of µs per call and the
-ratio to ``plain`` measured in the same run.
+Each round runs ``--calls`` calls of every variant in turn, each round starting with the
+next variant (so machine noise hits all of them alike); the table prints the median over
+``--rounds`` rounds of µs per call, and the median over rounds of each variant's ratio to
+``plain`` in the same round (a paired ratio: a slow stretch of the machine that slows a
+whole round cancels out of it).
 """
 
 from __future__ import annotations
@@ -35,13 +37,12 @@ import os
 import platform
 import random
 import secrets
-import statistics
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
 import sqlalchemy as sa
+from paired import Action, measure
 from sqlalchemy import BigInteger, Integer, String, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.horizontal_shard import ShardedSession as HorizontalSession
@@ -222,9 +223,6 @@ def load(first: Engine, second: Engine, rows: list[dict[str, Any]]) -> None:
             conn.exec_driver_sql("VACUUM ANALYZE")
 
 
-Action = Callable[[], None]
-
-
 def _keyed(session: Session, model: Any, users: list[int]) -> Action:
     """One user's orders as ORM objects (a new statement per call, as applications write)."""
     cycle = iter(users * 10_000)
@@ -261,24 +259,9 @@ def _newest(session: Session, model: Any) -> Action:
     return newest
 
 
-def measure(actions: dict[str, Action], rounds: int, calls: int) -> dict[str, float]:
-    """Median µs per call of each action over ``rounds`` rounds that run them in turn."""
-    for action in actions.values():
-        for _ in range(max(20, calls // 4)):  # warm statement caches and prepared statements
-            action()
-    samples: dict[str, list[float]] = {name: [] for name in actions}
-    for _ in range(rounds):
-        for name, action in actions.items():
-            started = time.perf_counter()
-            for _ in range(calls):
-                action()
-            samples[name].append((time.perf_counter() - started) / calls * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
 def run(
     server: str, users: int, per_user: int, rounds: int, calls: int
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, tuple[float, float]]]:
     rows = _rows(users, per_user)
     rng = random.Random(7)
     picked_users = rng.sample(sorted({r["user_id"] for r in rows}), min(users, 1000))
@@ -305,25 +288,30 @@ def run(
                 "sharded-2db": (two_db, SpreadOrder),
                 "horizontal_shard": (horizontal, Horizontal),
             }
-            results: dict[str, dict[str, float]] = {}
+            warm_up = max(20, calls // 4)  # statement caches and prepared statements
+            results: dict[str, dict[str, tuple[float, float]]] = {}
             results["keyed read"] = measure(
-                {n: _keyed(s, m, picked_users) for n, (s, m) in variants.items()}, rounds, calls
-            )
+                {n: _keyed(s, m, picked_users) for n, (s, m) in variants.items()},
+                rounds, calls, warm_up,
+            )  # fmt: skip
             results["get by ID"] = measure(
-                {n: _getter(s, m, picked_ids) for n, (s, m) in variants.items()}, rounds, calls
-            )
+                {n: _getter(s, m, picked_ids) for n, (s, m) in variants.items()},
+                rounds, calls, warm_up,
+            )  # fmt: skip
             results["fan-out top-20"] = measure(
                 {n: _newest(s, m) for n, (s, m) in variants.items() if n != "horizontal_shard"},
-                rounds,
-                calls,
-            )
+                rounds, calls, warm_up,
+            )  # fmt: skip
     return results
 
 
-def report(results: dict[str, dict[str, float]], note: Optional[str] = None) -> None:
+def report(
+    results: dict[str, dict[str, tuple[float, float]]], note: Optional[str] = None
+) -> None:
     names = ["plain", "partitioned", "sharded-1db", "sharded-2db", "horizontal_shard"]
     print(
-        f"\nµs per call (median of rounds) and ratio to plain; Python "
+        f"\nµs per call (median of rounds) and ratio to plain (median of the rounds' ratios); "
+        f"Python "
         f"{platform.python_version()}, SQLAlchemy {sa.__version__}, PostgreSQL"
         + (f"; {note}" if note else "")
     )
@@ -334,8 +322,8 @@ def report(results: dict[str, dict[str, float]], note: Optional[str] = None) -> 
             if name not in row:
                 cells.append(f"{'n/a':>20}")
                 continue
-            ratio = row[name] / row["plain"]
-            cells.append(f"{row[name]:>12.0f} {ratio:>5.2f}x")
+            micros, ratio = row[name]
+            cells.append(f"{micros:>12.0f} {ratio:>5.2f}x")
         print(f"{measure_name:<16}" + "".join(f"{c:>20}" for c in cells))
 
 
@@ -343,8 +331,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--users", type=int, default=4_000, help="users (default 4,000)")
     parser.add_argument("--per-user", type=int, default=10, help="orders per user (default 10)")
-    parser.add_argument("--rounds", type=int, default=15, help="rounds (default 15)")
-    parser.add_argument("--calls", type=int, default=200, help="calls per round (default 200)")
+    parser.add_argument("--rounds", type=int, default=60, help="rounds (default 60)")
+    parser.add_argument("--calls", type=int, default=50, help="calls per round (default 50)")
     parser.add_argument("--postgres", default=os.environ.get("SNOWSHARD_TEST_POSTGRES_URL"))
     args = parser.parse_args(argv)
     if not args.postgres:
