@@ -29,6 +29,7 @@ __all__ = [
     "MODEL_INFO",
     "ShardedModel",
     "model_of_class",
+    "model_of_mapper",
     "model_of_table",
     "snowflake_default_of",
 ]
@@ -333,5 +334,10 @@ def model_of_class(cls: Any) -> Optional[tuple[ShardedModel, Optional[int]]]:
     mapper = inspect(cls, raiseerr=False) if isinstance(cls, type) else None
     if not isinstance(mapper, Mapper):
         return None
+    return model_of_mapper(mapper)
+
+
+def model_of_mapper(mapper: Mapper[Any]) -> Optional[tuple[ShardedModel, Optional[int]]]:
+    """:func:`model_of_class` of a mapper's class, without inspecting the class again."""
     entry: Optional[tuple[ShardedModel, Optional[int]]] = mapper.class_manager.info.get(MODEL_INFO)
     return entry

@@ -49,7 +49,7 @@ from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute
 from snowshard.sharding.flush import check_flush
-from snowshard.sharding.model import model_of_class
+from snowshard.sharding.model import model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
 from snowshard.sharding.replicas import (
     PREFER_KEY,
@@ -267,7 +267,7 @@ class ShardedSession(Session):
             return found, (DEFAULT_DATABASE if found is self.bind else None)
         database: str | None = kw.get(BIND_KEY)
         if database is None and mapper is not None:
-            inspected = inspect(mapper)
+            inspected = mapper if isinstance(mapper, Mapper) else inspect(mapper)
             database = _database_of_mapper(inspected)
             if database is not None or is_reference(getattr(inspected, "local_table", None)):
                 # an ORM bulk statement asks for its base (logical) mapper's connection
@@ -281,10 +281,10 @@ class ShardedSession(Session):
 
     def _shard_of_ident(self, entity: Any, ident: Any) -> int | None:
         """The shard an identity names, for a logical model keyed by its ID (else None)."""
-        entry = model_of_class(entity)
-        if entry is None or entry[1] is not None:
+        # a logical class holds its model in its own __dict__ (physical ones inherit it)
+        model = entity.__dict__.get("__snowshard__") if isinstance(entity, type) else None
+        if model is None:
             return None
-        model = entry[0]
         key = model.id_key
         if key is None or key not in model.keys:
             return None
@@ -315,7 +315,7 @@ class ShardedSession(Session):
 def _database_of_mapper(mapper: Any) -> str | None:
     if not isinstance(mapper, Mapper):
         return None
-    entry = model_of_class(mapper.class_)
+    entry = model_of_mapper(mapper)
     if entry is None:
         return None
     model, shard = entry
