@@ -261,12 +261,14 @@ def _newest(session: Session, model: Any) -> Action:
 
 def run(
     server: str, users: int, per_user: int, rounds: int, calls: int
-) -> dict[str, dict[str, tuple[float, float]]]:
+) -> tuple[dict[str, dict[str, tuple[float, float]]], list[str]]:
+    """(µs per call and ratio by measure and variant, the throw-away databases' names)."""
     rows = _rows(users, per_user)
     rng = random.Random(7)
     picked_users = rng.sample(sorted({r["user_id"] for r in rows}), min(users, 1000))
     picked_ids = [r["id"] for r in rng.sample(rows, min(len(rows), 1000))]
     with postgres_databases(server, 2) as (first, second):
+        names = [str(engine.url.database) for engine in (first, second)]
         load(first, second, rows)
         spread = {FIRST: first, SECOND: second}
         with (
@@ -302,7 +304,7 @@ def run(
                 {n: _newest(s, m) for n, (s, m) in variants.items() if n != "horizontal_shard"},
                 rounds, calls, warm_up,
             )  # fmt: skip
-    return results
+    return results, names
 
 
 def report(
@@ -311,8 +313,7 @@ def report(
     names = ["plain", "partitioned", "sharded-1db", "sharded-2db", "horizontal_shard"]
     print(
         f"\nµs per call (median of rounds) and ratio to plain (median of the rounds' ratios); "
-        f"Python "
-        f"{platform.python_version()}, SQLAlchemy {sa.__version__}, PostgreSQL"
+        f"Python {platform.python_version()}, SQLAlchemy {sa.__version__}, PostgreSQL"
         + (f"; {note}" if note else "")
     )
     print(f"{'measure':<16}" + "".join(f"{n:>20}" for n in names))
@@ -337,8 +338,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if not args.postgres:
         parser.error("needs PostgreSQL: --postgres URL or SNOWSHARD_TEST_POSTGRES_URL")
-    results = run(args.postgres, args.users, args.per_user, args.rounds, args.calls)
+    if args.users < 1 or args.per_user < 1 or args.users * args.per_user < 20:
+        parser.error("needs at least 20 orders (--users x --per-user) for the top-20 read")
+    if args.rounds < 1 or args.calls < 1:
+        parser.error("--rounds and --calls must be >= 1")
+    results, names = run(args.postgres, args.users, args.per_user, args.rounds, args.calls)
     report(results, f"{args.users:,} users x {args.per_user} orders")
+    print(f"throw-away databases (dropped): {', '.join(names)}")
 
 
 if __name__ == "__main__":

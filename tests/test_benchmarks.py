@@ -1,4 +1,4 @@
-"""Smoke tests of the fan-out benchmarks: each script runs end to end at tiny sizes.
+"""Smoke tests of the benchmarks: each script runs end to end at tiny sizes.
 
 The benchmark scripts are run as their users run them (``python benchmarks/<script>.py``,
 in a child process) on the real servers, with tiny sizes, so they cannot rot unnoticed;
@@ -31,16 +31,17 @@ BENCHMARKS = ROOT / "benchmarks"
 TIMEOUT = 120  # seconds, per script; they take a few at these sizes
 
 
-def _proxy_module() -> ModuleType:
-    """``benchmarks/latency_proxy.py``, imported from its path (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location("latency_proxy", BENCHMARKS / "latency_proxy.py")
+def _benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/<name>.py``, imported from its path (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-latency_proxy = _proxy_module()
+latency_proxy = _benchmark_module("latency_proxy")
+paired = _benchmark_module("paired")
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -78,11 +79,20 @@ def _run(script: str, *args: str) -> str:
     return done.stdout
 
 
-def _dropped(output: str) -> list[str]:
-    """The database names a benchmark reports it created (and dropped)."""
+def _dropped(output: str, count: int | None = None) -> list[str]:
+    """The database names a benchmark reports it created (and dropped); ``count`` of them."""
     found = re.search(r"^throw-away databases \(dropped\): (.+)$", output, re.MULTILINE)
     assert found, output
-    return [name.strip().split(":")[-1] for name in found.group(1).split(",")]
+    names = [name.strip().split(":")[-1] for name in found.group(1).split(",")]
+    assert count is None or len(names) == count, names
+    return names
+
+
+def _ratios(output: str, measure: str) -> list[str]:
+    """The ratios (``1.23x``) printed on the table row of ``measure``, left to right."""
+    line = re.search(rf"^{re.escape(measure)} .*$", output, re.MULTILINE)
+    assert line, output
+    return re.findall(r"\d+\.\d\dx", line.group(0))
 
 
 def _existing(server_url: str, names: list[str]) -> list[str]:
@@ -150,6 +160,36 @@ def test_proxy_refuses_a_negative_delay() -> None:
         latency_proxy.ProxyProcess("127.0.0.1", 5432, delay_ms=-1)
 
 
+def test_paired_measure_rotates_the_first_variant_and_pairs_ratios() -> None:
+    """paired.measure warms up, starts each round with the next variant, and the
+    baseline's ratio to itself is exactly 1."""
+    log: list[str] = []
+    actions = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}
+    found = paired.measure(actions, rounds=4, calls=2, warm_up=3)
+    assert log[:9] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
+    timed = log[9:]
+    assert len(timed) == 4 * 3 * 2
+    firsts = [timed[r * 6] for r in range(4)]
+    assert firsts == ["a", "b", "c", "a"]
+    assert timed[6:12] == ["b", "b", "c", "c", "a", "a"]
+    assert found["a"][1] == 1.0
+    assert set(found) == {"a", "b", "c"}
+    assert all(micros > 0 and ratio > 0 for micros, ratio in found.values())
+
+
+@pytest.mark.slow
+def test_bench_sharding_runs_and_drops_its_databases(postgres_url: str) -> None:
+    """bench_sharding prints every measure with a ratio per variant; its databases are gone."""
+    output = _run(
+        "bench_sharding.py", "--postgres", postgres_url,
+        "--users", "30", "--per-user", "2", "--rounds", "2", "--calls", "2",
+    )  # fmt: skip
+    for measure, variants in (("keyed read", 5), ("get by ID", 5), ("fan-out top-20", 4)):
+        ratios = _ratios(output, measure)
+        assert len(ratios) == variants and ratios[0] == "1.00x", ratios  # plain comes first
+    assert _existing(postgres_url, _dropped(output, 2)) == []
+
+
 @pytest.mark.slow
 def test_bench_instructions_counts_each_variant() -> None:
     """bench_instructions prints instructions per call of plain and sharded, and a ratio."""
@@ -169,12 +209,8 @@ def test_bench_fanout_runs_and_drops_its_databases(postgres_url: str) -> None:
     )  # fmt: skip
     assert re.search(r"round trip .*: [\d.]+ ms direct, [\d.]+ ms through the proxy", output)
     for measure in ("top-20 (proxy)", "count (proxy)", "top-20 (direct)", "count (direct)"):
-        line = re.search(rf"^{re.escape(measure)} .*$", output, re.MULTILINE)
-        assert line, output
-        assert len(re.findall(r"\d+\.\d\dx", line.group(0))) >= 3, line.group(0)
-    names = _dropped(output)
-    assert len(names) == 2
-    assert _existing(postgres_url, names) == []
+        assert len(_ratios(output, measure)) >= 3, output
+    assert _existing(postgres_url, _dropped(output, 2)) == []
 
 
 @pytest.mark.slow
@@ -191,9 +227,7 @@ def test_bench_stream_memory_runs_and_drops_its_databases(postgres_url: str) -> 
     assert line, output
     assert re.search(r"\s(met|MISSED)\s", line.group(0)), line.group(0)
     assert "mariadb" not in output
-    names = _dropped(output)
-    assert len(names) == 2
-    assert _existing(postgres_url, names) == []
+    assert _existing(postgres_url, _dropped(output, 2)) == []
 
 
 @pytest.mark.slow
