@@ -29,7 +29,7 @@ from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardConfigError
 
-__all__ = ["PENDING_ID", "ROUTED_KEYS", "Sharded", "Shards", "sharded_model"]
+__all__ = ["PENDING_ID", "ROUTED_KEYS", "Sharded", "Shards", "logical_model", "sharded_model"]
 
 PENDING_ID = "_snowshard_pending_id"
 """Instance ``__dict__`` key holding an ID issued at construction until ``__init__`` runs."""
@@ -70,7 +70,7 @@ class Sharded:
             event.listen(cls, "init", _apply_pending_id, propagate=True)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        model: ShardedModel | None = cls.__dict__.get("__snowshard__")
+        model = logical_model(cls)
         if model is None:  # an intermediate abstract class
             return object.__new__(cls)
         if args:
@@ -110,12 +110,19 @@ def _per_class_attributes(cls: type) -> dict[str, Any]:
     return found
 
 
+def logical_model(cls: type) -> ShardedModel | None:
+    """The model ``cls`` is the logical class of, or None (a physical class inherits the
+    model but does not hold it in its own ``__dict__``; neither does anything else)."""
+    model: ShardedModel | None = cls.__dict__.get("__snowshard__")
+    return model
+
+
 def sharded_model(cls: type) -> ShardedModel:
     """The :class:`~snowshard.sharding.model.ShardedModel` of a logical or physical class."""
     for klass in cls.__mro__:
-        model = klass.__dict__.get("__snowshard__")
+        model = logical_model(klass)
         if model is not None:
-            return model  # type: ignore[no-any-return]
+            return model
     raise ShardConfigError(
         f"{cls.__name__} is not a sharded model (see snowshard.sharding.Sharded)"
     )

@@ -46,6 +46,7 @@ from sqlalchemy.sql.visitors import iterate
 from snowshard.sharding import driver_errors
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
+from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute
 from snowshard.sharding.flush import check_flush
@@ -267,7 +268,7 @@ class ShardedSession(Session):
             return found, (DEFAULT_DATABASE if found is self.bind else None)
         database: str | None = kw.get(BIND_KEY)
         if database is None and mapper is not None:
-            inspected = mapper if isinstance(mapper, Mapper) else inspect(mapper)
+            inspected = inspect(mapper)
             database = _database_of_mapper(inspected)
             if database is not None or is_reference(getattr(inspected, "local_table", None)):
                 # an ORM bulk statement asks for its base (logical) mapper's connection
@@ -281,8 +282,7 @@ class ShardedSession(Session):
 
     def _shard_of_ident(self, entity: Any, ident: Any) -> int | None:
         """The shard an identity names, for a logical model keyed by its ID (else None)."""
-        # a logical class holds its model in its own __dict__ (physical ones inherit it)
-        model = entity.__dict__.get("__snowshard__") if isinstance(entity, type) else None
+        model = logical_model(entity) if isinstance(entity, type) else None
         if model is None:
             return None
         key = model.id_key
