@@ -37,7 +37,8 @@ Before timing, every variant's answers are checked against the plain table's. Ea
 runs ``--calls`` calls of every variant in turn, each round starting with the next variant
 (so machine noise hits all alike); the table prints the median over ``--rounds`` rounds of
 µs per call, and the median over rounds of each variant's ratio to ``plain`` in the same
-round (a paired ratio: a slow stretch of the machine that slows a whole round cancels out). The header names the machine, its load and the date.
+round (a paired ratio: a slow stretch of the machine that slows a whole round cancels out).
+The header names the machine, its load and the date.
 """
 
 from __future__ import annotations
@@ -79,7 +80,6 @@ BATCH = 5_000
 TOP = 20
 CONCURRENCY_OPTION = "max_concurrency"
 """The keyword of :class:`ShardedSession` that bounds concurrent fan-out, where it exists."""
-
 
 
 # --------------------------------------------------------------------------- models
