@@ -461,31 +461,32 @@ def _unsharded(state: ORMExecuteState, hint: Hint | None) -> Result[Any] | None:
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     options = state.execution_options  # a new merged dict each time it is read
+    statement = state.statement
     direct = options.get(DIRECT_MAPPER)
-    if direct is not None and state.bind_mapper is direct and not has_options(state.statement):
+    if direct is not None and state.bind_mapper is direct and not has_options(statement):
         return None  # ShardedSession.get's own SELECT of one physical class
-    models, lookup = shape_models(state.statement, _models)
+    models, lookup = shape_models(statement, _models)
     if is_column_load(state, lookup):
         return None  # a refresh reads where its object lives, whatever the hints
     session: Any = state.session
     hint = hint_of(session, options)
     if not models:
         return _unsharded(state, hint)
-    lead = models[0]
-    many = state.is_executemany
-    if state.is_insert or (many and state.is_update):
-        check_models(state.statement, models)
+    parameters = state.parameters
+    many = isinstance(parameters, list)  # ORMExecuteState.is_executemany, read once
+    if statement.is_insert or (many and statement.is_update):
+        check_models(statement, models)
         if len(models) != 1:
             raise UnsupportedShardQuery("an INSERT may name one sharded model only")
         allowed = None
         if hint is not None:
             allowed = apply_hint(hint, models, Route(None)).shards
-        return run_bulk(state, lead, allowed)
-    params = {} if many else (state.parameters or {})
+        return run_bulk(state, models[0], allowed)
+    params = {} if many else (parameters or {})
     plan: Plan
     plan, values = cached_plan(
-        session, state.statement, params, hint, models,
-        lambda: plan_statement(session, state.statement, params, hint, models),  # type: ignore[arg-type]
+        session, statement, params, hint, models,
+        lambda: plan_statement(session, statement, params, hint, models),  # type: ignore[arg-type]
         lookup,
     )  # fmt: skip
     for watcher in _watchers.get():

@@ -172,12 +172,13 @@ def plan_cache_of(statement: Any) -> Optional[PlanCache]:
     """The cache of statements about the same ORM entity as ``statement`` (None for Core
     statements, which take the full path)."""
     subject = plugin_subject_of(statement)
-    manager = getattr(getattr(subject, "mapper", None), "class_manager", None)
-    if manager is None:
+    try:
+        info = subject.mapper.class_manager.info
+    except AttributeError:  # no subject (None), or one that is not about a mapped class
         return None
-    found: Optional[PlanCache] = manager.info.get(PLANS_INFO)
+    found: Optional[PlanCache] = info.get(PLANS_INFO)
     if found is None:
-        found = manager.info.setdefault(PLANS_INFO, PlanCache())
+        found = info.setdefault(PLANS_INFO, PlanCache())
     return found
 
 
@@ -317,7 +318,9 @@ def cached_plan(
     ``build`` is called (and may raise) whenever no plan is cached for this shape and
     routing outcome; refusals are never cached, so they are raised every time.
     """
-    if not isinstance(statement, Select) or not isinstance(params, Mapping):
+    if not isinstance(statement, Select) or (
+        type(params) is not dict and not isinstance(params, Mapping)  # an ABC check is slow
+    ):
         return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}

@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, event, inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
-from sqlalchemy.orm import Mapper, Session
+from sqlalchemy.orm import Mapper, ORMExecuteState, Session
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
@@ -247,6 +247,8 @@ class ShardedSession(Session):
         """
         if bind is not None:
             return bind
+        if not self.databases and self.replica_router is None:  # one database, no replicas
+            return super().get_bind(mapper, clause=clause, **kw)
         return self._route(mapper, clause, kw)[0]
 
     def _route(
@@ -350,9 +352,18 @@ def _after_transaction_end(session: ShardedSession, transaction: Any) -> None:
         session.replica_router.ended(transaction)
 
 
+def _do_orm_execute(state: ORMExecuteState) -> Any:
+    """Every ORM statement a sharded session executes: the ``replica`` option, then routing.
+
+    One listener rather than two: each ``do_orm_execute`` listener costs every statement,
+    keyed reads included."""
+    if state.session.replica_router is not None:  # type: ignore[attr-defined]
+        prefer_from_options(state)
+    return route_execute(state)
+
+
 event.listen(ShardedSession, "after_begin", _after_begin)
 event.listen(ShardedSession, "after_transaction_end", _after_transaction_end)
-event.listen(ShardedSession, "do_orm_execute", prefer_from_options)  # before routing
-event.listen(ShardedSession, "do_orm_execute", route_execute)
+event.listen(ShardedSession, "do_orm_execute", _do_orm_execute)
 event.listen(ShardedSession, "before_flush", check_flush)
 
