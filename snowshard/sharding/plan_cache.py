@@ -318,9 +318,7 @@ def cached_plan(
     ``build`` is called (and may raise) whenever no plan is cached for this shape and
     routing outcome; refusals are never cached, so they are raised every time.
     """
-    if not isinstance(statement, Select) or (
-        type(params) is not dict and not isinstance(params, Mapping)  # an ABC check is slow
-    ):
+    if not isinstance(statement, Select) or not isinstance(params, Mapping):
         return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}

@@ -369,15 +369,6 @@ def _any_of(parts: list[RouteRecipe]) -> RouteRecipe:
 
 
 def _key_term(model: ShardedModel, key: str, index: int, expanding: bool) -> RouteRecipe:
-    if not expanding and model.timeline is None:  # one value, one shard: the keyed read
-        shard_of = model.shard_of
-
-        def shard(binds: Sequence[Any]) -> Shards:
-            value = binds[index].effective_value
-            return frozenset((shard_of(key, value),)) if value is not None else frozenset()
-
-        return shard
-
     def shards(binds: Sequence[Any]) -> Shards:
         value = binds[index].effective_value
         if expanding:

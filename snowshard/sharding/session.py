@@ -247,8 +247,6 @@ class ShardedSession(Session):
         """
         if bind is not None:
             return bind
-        if not self.databases and self.replica_router is None:  # one database, no replicas
-            return super().get_bind(mapper, clause=clause, **kw)
         return self._route(mapper, clause, kw)[0]
 
     def _route(
@@ -357,8 +355,7 @@ def _do_orm_execute(state: ORMExecuteState) -> Any:
 
     One listener rather than two: each ``do_orm_execute`` listener costs every statement,
     keyed reads included."""
-    if state.session.replica_router is not None:  # type: ignore[attr-defined]
-        prefer_from_options(state)
+    prefer_from_options(state)
     return route_execute(state)
 
 
