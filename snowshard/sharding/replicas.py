@@ -199,7 +199,8 @@ def is_read(clause: Any) -> bool:
 
 
 def prefer_from_options(state: ORMExecuteState) -> None:
-    """``do_orm_execute`` hook (before routing): the ``replica`` option into bind arguments.
+    """Part of the session's ``do_orm_execute`` listener, before routing: the ``replica``
+    option into bind arguments.
 
     Reloads of expired attributes (``state.is_column_load``) are marked too (module
     docstring). Sessions without replicas are left alone.
