@@ -15,7 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, ORMExecuteState, mapped_colu
 from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import Sharded, ShardedSession, Shards, create_all, sharded_model
-from snowshard.sharding.bulk import bulk_database
+from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.execute import DIRECT_MAPPER
 from snowshard.sharding.routing import find_models
 from tests.backends import DatabaseFactory
@@ -80,6 +80,27 @@ def test_get_marks_its_load_with_the_physical_mapper(two_databases: Any) -> None
     model = sharded_model(order)
     assert found is not None and found.amount == 3
     assert seen == [model.mappers[model.shard_of("id", key)]]
+
+
+def test_get_names_the_database_its_id_routes_to(two_databases: Any) -> None:
+    """session.get on several databases passes the ID's database in its bind arguments, and
+    keeps the caller's own."""
+    order, engines = two_databases
+    seen: list[dict[str, Any]] = []
+    with ShardedSession(databases=engines) as session:
+        rows = [order(user_id=user, amount=user) for user in (5, 6)]
+        session.add_all(rows)
+        session.commit()
+        keys = [row.id for row in rows]
+        session.expunge_all()
+        event.listen(session, "do_orm_execute", lambda state: seen.append(state.bind_arguments))
+        found = [session.get(order, key, bind_arguments={"mine": 1}) for key in keys]
+    model = sharded_model(order)
+    expected = [model.database_of(model.shard_of("id", key)) for key in keys]
+    assert [f.amount for f in found if f is not None] == [5, 6]
+    assert len(set(expected)) == 2  # the two rows live in different databases
+    assert [arguments[BIND_KEY] for arguments in seen] == expected
+    assert all(arguments["mine"] == 1 for arguments in seen)
 
 
 def test_bulk_insert_across_databases_leaves_no_target_behind(two_databases: Any) -> None:

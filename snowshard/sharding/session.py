@@ -302,7 +302,12 @@ class ShardedSession(Session):
             return super().get(entity, ident, **kw)
         model = entity.__snowshard__
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
-        return super().get(model.classes[shard], ident, execution_options=options, **kw)
+        arguments = kw.pop("bind_arguments", None)
+        if self.databases:  # the ID named the table, so its database is known: say so
+            arguments = {BIND_KEY: model.database_of(shard), **(arguments or {})}
+        return super().get(
+            model.classes[shard], ident, execution_options=options, bind_arguments=arguments, **kw
+        )
 
     def get_one(self, entity: Any, ident: Any, **kw: Any) -> Any:
         """:meth:`Session.get_one`, routed like :meth:`get`."""
