@@ -189,7 +189,8 @@ def test_all_ids_taken_names_count_and_holders(store: Store) -> None:
 def test_renewal_keeps_the_lease_past_its_ttl(store: Store) -> None:
     """A lease renewed in the background outlives several TTLs and stays exclusive."""
     # a TTL of 1 s leaves renewals 0.67 s of slack: with 0.4 s (0.27 s of slack) a CI run
-    # on two busy cores once saw a renewal commit late, and the lease was (rightly) lost
+    # on two busy cores once saw a renewal come later than that, and the lease was
+    # (rightly) lost
     lease = store.new(TWO, ttl=1.0)
     generator = Snowflake(TWO, worker=lease)
     time.sleep(3.2)  # over three TTLs

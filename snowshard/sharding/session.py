@@ -50,7 +50,7 @@ from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute
 from snowshard.sharding.flush import check_flush
-from snowshard.sharding.model import model_of_class, model_of_mapper
+from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
 from snowshard.sharding.replicas import (
     PREFER_KEY,
@@ -280,8 +280,9 @@ class ShardedSession(Session):
         found = super().get_bind(mapper, clause=clause, **kw)
         return found, (DEFAULT_DATABASE if found is self.bind else None)
 
-    def _shard_of_ident(self, entity: Any, ident: Any) -> int | None:
-        """The shard an identity names, for a logical model keyed by its ID (else None)."""
+    def _shard_of_ident(self, entity: Any, ident: Any) -> tuple[ShardedModel, int] | None:
+        """The model and shard an identity names, for a logical model keyed by its ID (else
+        None)."""
         model = logical_model(entity) if isinstance(entity, type) else None
         if model is None:
             return None
@@ -293,14 +294,14 @@ class ShardedSession(Session):
             value = ident[0] if len(ident) == 1 else None
         elif isinstance(ident, Mapping):
             value = ident.get(key)
-        return None if value is None else model.shard_of(key, value)
+        return None if value is None else (model, model.shard_of(key, value))
 
     def get(self, entity: Any, ident: Any, **kw: Any) -> Any:
         """:meth:`Session.get`; a model keyed by its ID reads the one table the ID names."""
-        shard = self._shard_of_ident(entity, ident)
-        if shard is None:
+        found = self._shard_of_ident(entity, ident)
+        if found is None:
             return super().get(entity, ident, **kw)
-        model = entity.__snowshard__
+        model, shard = found
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
         arguments = kw.pop("bind_arguments", None)
         if self.databases:  # the ID named the table, so its database is known: say so
