@@ -83,6 +83,59 @@ def test_limit_is_rebound_in_a_fan_out(world: World) -> None:
     assert counts == [2, 5, 3]
 
 
+def test_a_top_n_in_one_database_reuses_its_compiled_form_for_a_new_limit(
+    world: World,
+) -> None:
+    """A UNION ALL top-n on one database binds a new LIMIT into the compiled SQL it has."""
+    cache: dict[Any, Any] = {}
+    query = select(SHOP.Order.amount).order_by("amount")
+    options = {"compiled_cache": cache}
+    with world.session() as session:
+        first = list(session.scalars(query.limit(2), execution_options=options))
+        size = len(cache)
+        second = list(session.scalars(query.limit(3), execution_options=options))
+    assert (first, second) == ([0, 1], [0, 1, 10])
+    assert len(cache) == size
+
+
+def test_a_merged_top_n_compiles_with_its_limit(
+    sql_backend: str, sharded_world: WorldFactory
+) -> None:
+    """A top-n merged across databases has its LIMIT in each compiled SQL, none left to
+    render per execution (its plan is kept per LIMIT value)."""
+    world = _fill(sharded_world(SPREAD, sql_backend))
+    compiled: list[str] = []
+
+    def record(*args: Any) -> None:
+        compiled.append(args[4].compiled.string)  # the execution context's compiled form
+
+    for engine in world.engines.values():
+        event.listen(engine, "before_cursor_execute", record)
+    with world.session() as session:
+        top = list(session.scalars(select(SPREAD.Order.amount).order_by("amount").limit(3)))
+    assert top == [0, 1, 10]
+    assert len(compiled) == 2
+    assert all("LIMIT 3" in sql and "POSTCOMPILE" not in sql for sql in compiled)
+
+
+@pytest.mark.parametrize("shop", [SHOP, SPREAD], ids=["one-database", "two-databases"])
+def test_offset_pages_across_tables_share_one_compiled_form(
+    sql_backend: str, sharded_world: WorldFactory, shop: Any
+) -> None:
+    """Pages at new OFFSETs reuse the compiled statements of the first page."""
+    world = _fill(sharded_world(shop, sql_backend))
+    cache: dict[Any, Any] = {}
+    query = select(shop.Order.amount).order_by("amount").limit(3)
+    pages, sizes = [], []
+    with world.session() as session:
+        for offset in (3, 6, 9):
+            options = {"compiled_cache": cache}
+            pages.append(list(session.scalars(query.offset(offset), execution_options=options)))
+            sizes.append(len(cache))
+    assert pages == [[11, 20, 21], [30, 31, 40], [41, 50, 51]]
+    assert sizes[0] == sizes[1] == sizes[2]
+
+
 def test_in_list_values_are_rebound(world: World) -> None:
     """An IN list naming one shard is rebound to the new list of each statement."""
     with world.session() as session:

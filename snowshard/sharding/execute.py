@@ -167,7 +167,7 @@ def _inline_limits(statement: Any) -> Any:
         return statement
     try:
         limit, offset = limit_offset_of(statement)
-    except CompileError:
+    except CompileError:  # an expression, or a merge source's LIMIT (MergePlan sets it)
         return statement
     if limit is not None:
         statement = statement.limit(literal(limit, Integer, literal_execute=True))

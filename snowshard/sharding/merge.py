@@ -31,7 +31,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Select, null
+from sqlalchemy import Integer, Select, literal, literal_column, null
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
@@ -111,6 +111,20 @@ def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     if nulls_first is None:
         nulls_first = nulls_large == descending
     return element, descending, nulls_first
+
+
+def _source_limit(limit: int, offset: int) -> Any:
+    """The LIMIT each source runs with (OFFSET+LIMIT rows, no OFFSET), as SQL.
+
+    A merged plan is kept per bound values (:mod:`~snowshard.sharding.plan_cache`), so a
+    plain LIMIT is written into the SQL when it compiles: one compiled form per value and
+    no post-compile pass on each execution (about 20 µs per source). With an OFFSET the
+    sum changes page by page: it is rendered at execution (``literal_execute``), so every
+    page reuses one compiled statement.
+    """
+    if offset:
+        return literal(offset + limit, Integer, literal_execute=True)
+    return literal_column(str(limit), Integer)
 
 
 def _average(total: Any, count: Any, partial: Iterable[Any]) -> Any:
@@ -205,7 +219,7 @@ class MergePlan:
                 helpers.append(expr)
             source = statement.offset(None)
             if self.limit is not None:
-                source = source.limit(self.offset + self.limit)
+                source = source.limit(_source_limit(self.limit, self.offset))
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
