@@ -23,6 +23,13 @@ Measures, each built as application code writes it (a new statement per call):
 * fan-out: ``select(M).order_by(M.id.desc()).limit(20)`` as ORM objects (partitioned and
   sharded models read every table; horizontal_shard does not merge, so it is left out).
 
+With ``--steps``, the keyed read is also taken apart, as client CPU (``time.process_time``)
+of one layer after another: ``plain``; ``physical class`` (the user's shard table read
+through its physical mapped class, on a plain ``Session``); ``+ no-op hook`` (the same,
+with a ``do_orm_execute`` listener that does nothing); ``ShardedSession, physical`` (the
+same statement on a ``ShardedSession``: its hook runs, nothing to route); ``ShardedSession,
+routed`` (the logical model, routed to that table).
+
 Each round runs ``--calls`` calls of every variant in turn, each round starting with the
 next variant (so machine noise hits all of them alike); the table prints the median over
 ``--rounds`` rounds of µs per call, and the median over rounds of each variant's ratio to
@@ -37,13 +44,14 @@ import os
 import platform
 import random
 import secrets
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
 import sqlalchemy as sa
 from paired import Action, measure
-from sqlalchemy import BigInteger, Integer, String, select
+from sqlalchemy import BigInteger, Integer, String, event, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.horizontal_shard import ShardedSession as HorizontalSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, ORMExecuteState, Session, mapped_column
@@ -225,15 +233,52 @@ def load(first: Engine, second: Engine, rows: list[dict[str, Any]]) -> None:
 
 def _keyed(session: Session, model: Any, users: list[int]) -> Action:
     """One user's orders as ORM objects (a new statement per call, as applications write)."""
+    return _keyed_by(session, lambda _user: model, users)
+
+
+def _keyed_by(session: Session, model_of: Callable[[int], Any], users: list[int]) -> Action:
+    """:func:`_keyed`, reading each user through ``model_of(user)``."""
     cycle = iter(users * 10_000)
 
     def read() -> None:
         user = next(cycle)
+        model = model_of(user)
         found = session.scalars(select(model).where(model.user_id == user)).all()
         assert found and found[0].user_id == user
         session.expunge_all()
 
     return read
+
+
+def _no_op(state: ORMExecuteState) -> None:
+    """A ``do_orm_execute`` listener that leaves every statement as it is."""
+
+
+def steps(
+    first: Engine, users: list[int], rounds: int, calls: int
+) -> dict[str, tuple[float, float]]:
+    """The keyed read one layer at a time, as client CPU (``--steps``, module docstring)."""
+    spec = sharded_model(Order)
+
+    def physical(user: int) -> Any:
+        return spec.classes[spec.shard_of("user_id", user)]
+
+    with (
+        Session(first) as plain,
+        Session(first) as bare,
+        Session(first) as hooked,
+        ShardedSession(first) as sharded_physical,
+        ShardedSession(first) as sharded,
+    ):
+        event.listen(hooked, "do_orm_execute", _no_op)
+        actions = {
+            "plain": _keyed(plain, Plain, users),
+            "physical class": _keyed_by(bare, physical, users),
+            "+ no-op hook": _keyed_by(hooked, physical, users),
+            "ShardedSession, physical": _keyed_by(sharded_physical, physical, users),
+            "ShardedSession, routed": _keyed(sharded, Order, users),
+        }
+        return measure(actions, rounds, calls, max(20, calls // 4), clock=time.process_time)
 
 
 def _getter(session: Session, model: Any, ids: list[int]) -> Action:
@@ -260,9 +305,10 @@ def _newest(session: Session, model: Any) -> Action:
 
 
 def run(
-    server: str, users: int, per_user: int, rounds: int, calls: int
+    server: str, users: int, per_user: int, rounds: int, calls: int, with_steps: bool = False
 ) -> tuple[dict[str, dict[str, tuple[float, float]]], list[str]]:
-    """(µs per call and ratio by measure and variant, the throw-away databases' names)."""
+    """(µs per call and ratio by measure and variant, the throw-away databases' names);
+    ``with_steps`` adds the measure ``keyed read, client CPU`` (:func:`steps`)."""
     rows = _rows(users, per_user)
     rng = random.Random(7)
     picked_users = rng.sample(sorted({r["user_id"] for r in rows}), min(users, 1000))
@@ -304,6 +350,8 @@ def run(
                 {n: _newest(s, m) for n, (s, m) in variants.items() if n != "horizontal_shard"},
                 rounds, calls, warm_up,
             )  # fmt: skip
+        if with_steps:
+            results["keyed read, client CPU"] = steps(first, picked_users, rounds, calls)
     return results, names
 
 
@@ -317,6 +365,7 @@ def report(
         + (f"; {note}" if note else "")
     )
     print(f"{'measure':<16}" + "".join(f"{n:>20}" for n in names))
+    layered = results.pop("keyed read, client CPU", None)
     for measure_name, row in results.items():
         cells = []
         for name in names:
@@ -326,6 +375,11 @@ def report(
             micros, ratio = row[name]
             cells.append(f"{micros:>12.0f} {ratio:>5.2f}x")
         print(f"{measure_name:<16}" + "".join(f"{c:>20}" for c in cells))
+    if layered is not None:
+        print("\nkeyed read, client CPU (time.process_time), one layer at a time:")
+        base = layered["plain"][0]
+        for name, (micros, ratio) in layered.items():
+            print(f"{name:<26}{micros:>8.0f} µs {ratio:>5.2f}x  {micros - base:>+6.1f} µs")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -335,6 +389,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--rounds", type=int, default=60, help="rounds (default 60)")
     parser.add_argument("--calls", type=int, default=50, help="calls per round (default 50)")
     parser.add_argument("--postgres", default=os.environ.get("SNOWSHARD_TEST_POSTGRES_URL"))
+    parser.add_argument("--steps", action="store_true",
+                        help="also take the keyed read apart, as client CPU per layer")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.postgres:
         parser.error("needs PostgreSQL: --postgres URL or SNOWSHARD_TEST_POSTGRES_URL")
@@ -342,7 +398,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         parser.error("needs at least 20 orders (--users x --per-user) for the top-20 read")
     if args.rounds < 1 or args.calls < 1:
         parser.error("--rounds and --calls must be >= 1")
-    results, names = run(args.postgres, args.users, args.per_user, args.rounds, args.calls)
+    results, names = run(
+        args.postgres, args.users, args.per_user, args.rounds, args.calls, args.steps
+    )
     report(results, f"{args.users:,} users x {args.per_user} orders")
     print(f"throw-away databases (dropped): {', '.join(names)}")
 

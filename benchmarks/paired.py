@@ -20,12 +20,18 @@ Action = Callable[[], None]
 
 
 def measure(
-    actions: dict[str, Action], rounds: int, calls: int, warm_up: int
+    actions: dict[str, Action],
+    rounds: int,
+    calls: int,
+    warm_up: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, tuple[float, float]]:
     """Variant name -> (median µs per call, median ratio to the first variant).
 
     Each variant first runs ``warm_up`` calls (statement caches, prepared statements,
     connections); then each of ``rounds`` rounds times ``calls`` calls of every variant.
+    ``clock`` is wall time by default; ``time.process_time`` counts this process's CPU
+    only (what the client spends, not what it waits for).
     """
     for action in actions.values():
         for _ in range(warm_up):
@@ -36,10 +42,10 @@ def measure(
         first = number % len(names)
         for name in names[first:] + names[:first]:
             action = actions[name]
-            started = time.perf_counter()
+            started = clock()
             for _ in range(calls):
                 action()
-            samples[name].append((time.perf_counter() - started) / calls * 1e6)
+            samples[name].append((clock() - started) / calls * 1e6)
     base = samples[names[0]]
     return {
         name: (

@@ -179,14 +179,21 @@ def test_paired_measure_rotates_the_first_variant_and_pairs_ratios() -> None:
 
 @pytest.mark.slow
 def test_bench_sharding_runs_and_drops_its_databases(postgres_url: str) -> None:
-    """bench_sharding prints every measure with a ratio per variant; its databases are gone."""
+    """bench_sharding prints every measure with a ratio per variant, and with --steps the
+    keyed read's client CPU per layer; its databases are gone."""
     output = _run(
-        "bench_sharding.py", "--postgres", postgres_url,
+        "bench_sharding.py", "--postgres", postgres_url, "--steps",
         "--users", "30", "--per-user", "2", "--rounds", "2", "--calls", "2",
     )  # fmt: skip
     for measure, variants in (("keyed read", 5), ("get by ID", 5), ("fan-out top-20", 4)):
         ratios = _ratios(output, measure)
         assert len(ratios) == variants and ratios[0] == "1.00x", ratios  # plain comes first
+    layers = re.findall(r"^(.+?) +(\d+) µs +(\d+\.\d\d)x +([+-]\d+\.\d) µs$", output, re.MULTILINE)
+    assert [name for name, *_ in layers] == [
+        "plain", "physical class", "+ no-op hook", "ShardedSession, physical",
+        "ShardedSession, routed",
+    ], output  # fmt: skip
+    assert layers[0][2:] == ("1.00", "+0.0") and all(int(cpu) > 0 for _, cpu, *_ in layers)
     assert _existing(postgres_url, _dropped(output, 2)) == []
 
 
