@@ -26,7 +26,12 @@ Variants:
 * ``plain xN threads``: the plain query on N connections at once from N threads (N =
   ``--databases``), i.e. what a perfectly concurrent fan-out could cost;
 * ``sharded``: today's session; when :class:`ShardedSession` accepts ``max_concurrency=``
-  (concurrent fan-out), ``sharded conc=1`` (sequential) and ``sharded default``.
+  (concurrent fan-out), ``sharded conc=1`` (sequential) and ``sharded default``;
+* ``driver``: the plain query's SQL sent straight through psycopg (no SQLAlchemy), and
+  ``driver xN``: the SQL the sharded session sends to each database, straight through
+  psycopg on N connections at once (the calling thread and N-1 pool threads, as the
+  session does). Their ratio to each other is what the round trips of an N-way fan-out
+  cost on this machine before any SQLAlchemy work: the floor for the sharded ratio.
 
 Measures, each built as application code writes it (a new statement per call):
 
@@ -60,7 +65,7 @@ from typing import Any
 import sqlalchemy as sa
 from latency_proxy import DEFAULT_DELAY_MS, ProxyProcess
 from paired import Action, measure
-from sqlalchemy import BigInteger, Integer, String, func, select
+from sqlalchemy import BigInteger, Integer, String, event, func, select
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -204,6 +209,49 @@ def parallel(pool: ThreadPoolExecutor, sessions: list[Session], model: Any,
     return run
 
 
+def sent_by(engines: dict[str, Engine], run: Callable[[], object]) -> list[tuple[str, Any]]:
+    """The SQL and parameters ``run()`` sends to each of ``engines``, as the driver got them."""
+    sent: dict[str, tuple[str, Any]] = {}
+
+    def recorder(key: str) -> Callable[..., None]:
+        def record(conn: Any, cursor: Any, statement: str, parameters: Any, *rest: Any) -> None:
+            sent[key] = (statement, parameters)
+
+        return record
+
+    listeners = [(engine, recorder(key)) for key, engine in engines.items()]
+    for engine, record in listeners:
+        event.listen(engine, "before_cursor_execute", record)
+    try:
+        run()
+    finally:
+        for engine, record in listeners:
+            event.remove(engine, "before_cursor_execute", record)
+    return [sent[key] for key in engines if key in sent]
+
+
+def driver(pool: ThreadPoolExecutor, connections: list[Any],
+           statements: list[tuple[str, Any]]) -> Action:  # fmt: skip
+    """Each statement on its own DBAPI connection, at once: the first in the calling
+    thread, the others in pool threads; returns when all rows are read."""
+
+    def one(connection: Any, sql: str, parameters: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute(sql, parameters)
+        cursor.fetchall()
+        cursor.close()
+
+    def run() -> None:
+        futures = [
+            pool.submit(one, c, *st) for c, st in zip(connections[1:], statements[1:])
+        ]
+        one(connections[0], *statements[0])
+        for future in futures:
+            future.result()
+
+    return run
+
+
 def round_trip_ms(engine: Engine, calls: int) -> float:
     """Median ms of ``SELECT 1`` on one connection of ``engine``."""
     with engine.connect() as conn:
@@ -246,6 +294,10 @@ def measure_setting(
         for name, session in sharded.items():
             if top(session, order) != expected_top or count(session, order) != rows:
                 raise AssertionError(f"{name} answers differ from the plain table's")
+        raw = [plain_engine.raw_connection()] + [e.raw_connection() for e in engines.values()]
+        for connection in raw:
+            stack.callback(connection.close)
+        last = list(sharded.values())[-1]
         results: dict[str, dict[str, tuple[float, float]]] = {}
         for label, query in (("top-20", top), ("count", count)):
             actions: dict[str, Action] = {
@@ -254,6 +306,10 @@ def measure_setting(
             }
             for name, session in sharded.items():
                 actions[name] = bound(query, session, order)
+            plain_sql = sent_by({"plain": plain_engine}, bound(query, plain_session, plain))
+            shard_sql = sent_by(engines, bound(query, last, order))
+            actions["driver"] = driver(pool, raw[:1], plain_sql)
+            actions[f"driver x{len(shard_sql)}"] = driver(pool, raw[1:], shard_sql)
             results[label] = measure(actions, rounds, calls, max(3, calls // 2))
     return results
 

@@ -209,14 +209,18 @@ def test_bench_instructions_counts_each_variant() -> None:
 
 @pytest.mark.slow
 def test_bench_fanout_runs_and_drops_its_databases(postgres_url: str) -> None:
-    """bench_fanout prints each measure with and without the proxy; its databases are gone."""
+    """bench_fanout prints each measure with and without the proxy, for every variant
+    (the driver-only pair included); its databases are gone."""
     output = _run(
         "bench_fanout.py", "--postgres", postgres_url,
         "--rows", "200", "--rounds", "1", "--calls", "2", "--databases", "2",
     )  # fmt: skip
     assert re.search(r"round trip .*: [\d.]+ ms direct, [\d.]+ ms through the proxy", output)
+    # the driver-only pair comes last; "driver x2": one statement per database
+    assert re.search(r"^measure .* default +driver +driver x2$", output, re.MULTILINE), output
     for measure in ("top-20 (proxy)", "count (proxy)", "top-20 (direct)", "count (direct)"):
-        assert len(_ratios(output, measure)) >= 3, output
+        ratios = _ratios(output, measure)
+        assert len(ratios) == 6 and ratios[0] == "1.00x", output
     assert _existing(postgres_url, _dropped(output, 2)) == []
 
 
