@@ -150,9 +150,30 @@ def test_check_passes_while_the_lock_is_held(server: sa.Engine) -> None:
 
 
 def test_the_mariadb_lock_name_fits_any_job() -> None:
-    """MariaDB lock names stay within 64 characters and differ between jobs."""
-    assert len(lock_name("j" * 64)) <= 64
-    assert lock_name("a") != lock_name("b")
+    """MariaDB lock names stay within 64 characters and differ between jobs and between
+    control databases."""
+    assert len(lock_name("j" * 64, "d" * 64)) <= 64
+    assert lock_name("a", "shop") != lock_name("b", "shop")
+    assert lock_name("a", "shop") != lock_name("a", "blog")
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_a_job_name_in_another_control_database_is_another_job(
+    backend: str, database_factory: DatabaseFactory
+) -> None:
+    """Two databases of one server each hold the lock of a job of the same name at once."""
+    engines = [database_factory.engine(url) for url in database_factory(backend, 1)]
+    engines += [database_factory.engine(url) for url in database_factory(backend, 1)]
+    assert engines[0].url.host == engines[1].url.host  # one server (each call's first)
+    assert engines[0].url.port == engines[1].url.port
+    first, second = JobLock(engines[0], "rs-orders"), JobLock(engines[1], "rs-orders")
+    first.acquire()
+    try:
+        second.acquire()
+        assert (first.held, second.held) == (True, True)
+        second.release()
+    finally:
+        first.release()
 
 
 def test_in_memory_sqlite_uses_a_lock_of_the_process() -> None:

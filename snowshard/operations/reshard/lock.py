@@ -9,8 +9,12 @@ writes therefore holds the job's lock on the control database, and a second proc
 The lock dies with its holder, so a step killed with SIGKILL can be resumed at once:
 
 * PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection
-  kept for the step; the server releases it when the connection goes.
+  kept for the step; the server releases it when the connection goes. Advisory locks
+  belong to one database, so jobs of one name in two databases of a server never meet.
 * MariaDB/MySQL: a named lock (``GET_LOCK``) on a connection kept for the step, likewise.
+  Named locks belong to the whole server: the name is made from the control database's
+  name and the job's (:func:`lock_name`), so two applications on one server may each run
+  a job called ``orders``.
 * SQLite: an exclusive ``flock`` on a file next to the database
   (``<database>-reshard-<job>.lock``), released by the kernel when the process exits; an
   in-memory database (one process) uses a lock of the process.
@@ -47,9 +51,11 @@ def _key(job: str) -> int:
 
 _PG_HELD = (
     "l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
+    "AND l.classid::bigint = :hi AND l.objid::bigint = :lo "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
-"""``pg_locks l`` rows of a granted advisory lock on one bigint key (:func:`_pg_lock_parts`)."""
+"""``pg_locks l`` rows of a granted advisory lock on one bigint key (:func:`_pg_lock_parts`)
+in the current database (another database's lock of the same key is not this job's)."""
 
 
 def _pg_lock_parts(job: str) -> dict[str, int]:
@@ -58,9 +64,14 @@ def _pg_lock_parts(job: str) -> dict[str, int]:
     return {"hi": key >> 32, "lo": key & 0xFFFFFFFF}
 
 
-def lock_name(job: str) -> str:
-    """The job's lock name on MariaDB (at most 64 characters whatever the job's name)."""
-    return f"snowshard_reshard_{_key(job):016x}"
+def lock_name(job: str, database: str) -> str:
+    """The lock name on MariaDB of ``job`` kept in the control database ``database``.
+
+    Named locks are server-wide, so the name is made from both names (a job of the same
+    name in another database of the server is another job; a MariaDB database name holds
+    no ``/``, so ``database/job`` names one pair); at most 64 characters.
+    """
+    return f"snowshard_reshard_{_key(f'{database}/{job}'):016x}"
 
 
 class JobLock:
@@ -70,6 +81,8 @@ class JobLock:
         self.engine = engine
         self.job = job
         self._connection: Connection | None = None
+        self._name: str | None = None
+        """The MariaDB lock's name, once the control database's name is read."""
         self._file: IO[str] | None = None
         self._process_lock: threading.Lock | None = None
 
@@ -93,9 +106,9 @@ class JobLock:
         name = self.engine.dialect.name
         deadline = time.monotonic() + wait
         if name == "postgresql":
-            self._acquire_on_server("SELECT pg_try_advisory_lock(:key)", {"key": _key(self.job)}, deadline)
+            self._acquire_on_server("SELECT pg_try_advisory_lock(:key)", deadline)
         elif name in ("mysql", "mariadb"):
-            self._acquire_on_server("SELECT GET_LOCK(:name, 0)", {"name": lock_name(self.job)}, deadline)
+            self._acquire_on_server("SELECT GET_LOCK(:name, 0)", deadline)
         elif name == "sqlite":
             while True:
                 try:
@@ -111,9 +124,10 @@ class JobLock:
                 "SQLite, PostgreSQL or MariaDB/MySQL"
             )
 
-    def _acquire_on_server(self, statement: str, params: dict[str, object], deadline: float) -> None:
+    def _acquire_on_server(self, statement: str, deadline: float) -> None:
         connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
+            params = self._lock_parameters(connection)
             while connection.execute(text(statement), params).scalar() not in (True, 1):
                 if time.monotonic() >= deadline:
                     holder = self._server_holder(connection)
@@ -126,6 +140,15 @@ class JobLock:
             connection.close()
             raise
         self._connection = connection
+
+    def _lock_parameters(self, connection: Connection) -> dict[str, object]:
+        """The lock's key (PostgreSQL) or name (MariaDB, from the control database's name)."""
+        if self.engine.dialect.name == "postgresql":
+            return {"key": _key(self.job)}
+        if self._name is None:
+            database = connection.execute(text("SELECT DATABASE()")).scalar()
+            self._name = lock_name(self.job, str(database or ""))
+        return {"name": self._name}
 
     def _server_holder(self, connection: Connection) -> str:
         """Who holds the lock, as far as the server tells (best effort)."""
@@ -143,9 +166,9 @@ class JobLock:
                 row = connection.execute(text(
                     "SELECT p.ID, p.HOST FROM information_schema.PROCESSLIST p "
                     "WHERE p.ID = IS_USED_LOCK(:name)"
-                ), {"name": lock_name(self.job)}).first()
+                ), {"name": self._name}).first()
                 if row is not None:
-                    return f"lock {lock_name(self.job)!r} held by server connection {row[0]} from {row[1]}"
+                    return f"lock {self._name!r} held by server connection {row[0]} from {row[1]}"
         except Exception:  # noqa: BLE001 - the holder is a courtesy; the refusal stands
             pass
         return "its holder could not be read"
@@ -197,7 +220,7 @@ class JobLock:
                 ), _pg_lock_parts(self.job)).scalar()
             else:
                 mine = self._connection.execute(
-                    text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": lock_name(self.job)}
+                    text("SELECT IS_USED_LOCK(:name) = CONNECTION_ID()"), {"name": self._name}
                 ).scalar()
         except Exception as error:
             raise ReshardJobBusy(
@@ -218,7 +241,7 @@ class JobLock:
                 if self.engine.dialect.name == "postgresql":
                     connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _key(self.job)})
                 else:
-                    connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": lock_name(self.job)})
+                    connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": self._name})
             except Exception:  # noqa: BLE001 - a dead connection has released it already
                 connection.invalidate()
             finally:
