@@ -91,5 +91,5 @@ def branch_name(key: str, taken: Iterable[str]) -> str:
     name, n = base, 1
     while name in used:
         n += 1
-        name = f"{base}~{n}"
+        name = f"{base}.{n}"  # "." is safe: recovery must be able to read the name back
     return name
