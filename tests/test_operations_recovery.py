@@ -102,6 +102,47 @@ def test_commit_decision_is_kept_when_a_database_was_not_given(
     assert recover(pair, grace=0).decisions_removed == [group]
 
 
+def _another_database(pair: dict[str, sa.Engine], database_factory: DatabaseFactory) -> sa.Engine:
+    """A fresh database on the server of ``pair["a"]`` (another application's)."""
+    (url,) = database_factory(pair["a"].dialect.name, 1)  # a call's first: the first server
+    engine = database_factory.engine(url)
+    assert (engine.url.host, engine.url.port) == (pair["a"].url.host, pair["a"].url.port)
+    return engine
+
+
+def test_recovery_with_another_decisions_database_leaves_the_group_alone(
+    pair: dict[str, sa.Engine], database_factory: DatabaseFactory
+) -> None:
+    """Given a decisions database that is not the writer's, recovery reports the branches as
+    not its own and touches nothing (it cannot know they were decided committed); the
+    writer's decisions database then commits them."""
+    write_until(pair, ("decided", None))
+    elsewhere = _another_database(pair, database_factory)
+    report = recover(pair, decisions=elsewhere, grace=0)
+    assert [a.outcome for a in report.actions] == ["not ours", "not ours"]
+    assert len(report.not_ours) == 2 and not report.unresolved
+    assert "recover it with that one" in report.actions[0].detail
+    assert ids(pair["a"]) == ids(pair["b"]) == set()
+    assert len(branches(pair["a"]) + branches(pair["b"])) >= 2
+    report = recover(pair, grace=0)
+    assert sorted(a.outcome for a in report.actions) == ["committed", "committed"]
+    assert ids(pair["a"]) == {1} and ids(pair["b"]) == {2}
+
+
+def test_another_applications_recovery_on_the_server_leaves_the_group_alone(
+    pair: dict[str, sa.Engine], database_factory: DatabaseFactory
+) -> None:
+    """Another application's recovery on the same server (on MariaDB it lists every branch
+    of the server) leaves this application's decided group to its own recovery."""
+    write_until(pair, ("decided", None))
+    other = _another_database(pair, database_factory)
+    recover({"default": other}, grace=0)
+    assert ids(pair["a"]) == ids(pair["b"]) == set()
+    report = recover(pair, grace=0)
+    assert sorted(a.outcome for a in report.actions) == ["committed", "committed"]
+    assert ids(pair["a"]) == {1} and ids(pair["b"]) == {2}
+
+
 @pytest.mark.postgres
 def test_a_writer_slower_than_recovery_rolls_back(database_factory: DatabaseFactory) -> None:
     """Recovery aborts a group before its writer decides: the writer gets CommitFailed."""

@@ -34,6 +34,7 @@ from snowshard.sharding.twophase import (
     new_group,
     read_decisions,
 )
+from snowshard.sharding.txn_ids import scope_of
 from tests.backends import DatabaseFactory
 from tests.faults.twophase_support import branches, create_items, ids, insert, pair
 
@@ -45,13 +46,29 @@ def test_group_id_encodes_its_creation_time() -> None:
     assert group_created_ms("not-a-group") is None
 
 
-def test_xid_round_trips_through_its_database_forms() -> None:
-    """A branch's PostgreSQL GID and MySQL parts parse back to the same branch."""
-    xid = Xid(new_group(), "east")
+@pytest.mark.parametrize("scope", [scope_of("shop"), ""], ids=["scoped", "unscoped"])
+def test_xid_round_trips_through_its_database_forms(scope: str) -> None:
+    """A branch's PostgreSQL GID and MySQL parts parse back to the same branch, with its
+    scope or without one (an XID of an earlier version)."""
+    xid = Xid(new_group(), "east", scope)
     assert Xid.parse_gid(str(xid)) == xid
     assert Xid.parse(xid.gtrid, "east") == xid
     assert len(xid.gtrid) <= 64 and len(str(xid)) < 200
     assert Xid.parse_gid("_sa_1234:east") is None
+
+
+def test_a_scope_names_its_decisions_database() -> None:
+    """Scopes are 8 hex digits, differ between databases, and are empty without a name."""
+    assert len(scope_of("shop")) == 8 and int(scope_of("shop"), 16) >= 0
+    assert scope_of("shop") == scope_of("shop") != scope_of("blog")
+    assert scope_of(None) == scope_of("") == ""
+
+
+@pytest.mark.parametrize("gtrid", ["snowshard-xyz.1718000000123-0123456789ab",
+                                   "snowshard-0123456.1718000000123-0123456789ab"])
+def test_an_xid_with_a_malformed_scope_is_not_snowshards(gtrid: str) -> None:
+    """A scope that is not 8 hex digits makes the branch someone else's."""
+    assert Xid.parse(gtrid, "east") is None
 
 
 def test_branch_names_are_safe_and_unique() -> None:
@@ -84,7 +101,8 @@ def test_twophase_commits_rows_in_both_databases(pair: dict[str, sa.Engine]) -> 
 
 
 def test_prepared_branches_carry_the_group_and_database(pair: dict[str, sa.Engine]) -> None:
-    """While prepared, each branch is listed as snowshard-<group>:<key> on its server."""
+    """While prepared, each branch is listed as snowshard-<scope>.<group>:<key> on its
+    server, the scope naming the decisions database."""
     seen: dict[str, list[Xid]] = {}
 
     def on_step(step: str, group: str, database: str | None) -> None:
@@ -96,7 +114,8 @@ def test_prepared_branches_carry_the_group_and_database(pair: dict[str, sa.Engin
         insert(s, pair["b"], 2)
         s.commit()
     [(group, found)] = seen.items()
-    assert {Xid(group, "a"), Xid(group, "b")} == set(found)
+    scope = scope_of(pair["a"].url.database)  # the decisions database: the session's bind
+    assert {Xid(group, "a", scope), Xid(group, "b", scope)} == set(found)
 
 
 def test_decision_is_recorded_before_the_first_commit(pair: dict[str, sa.Engine]) -> None:

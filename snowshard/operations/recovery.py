@@ -7,11 +7,15 @@
     assert not report.unresolved
 
 Each engine is asked for snowshard's prepared branches (``pg_prepared_xacts`` of its
-database; ``XA RECOVER`` of its MariaDB server). A branch of a group younger than ``grace``
-seconds is left alone (its writer may still be finishing). For the others, the group's
-decision row in ``snowshard_txn_decisions`` of ``decisions`` says what to do: ``commit``
-commits the branch; no row means *presumed abort*, so recovery first inserts an ``abort`` row
-(a late writer's ``commit`` insert then fails) and rolls the branch back. A branch finished
+database; ``XA RECOVER`` of its MariaDB server, which lists other applications' branches
+too). A branch whose XID names another decisions database (its *scope*,
+:mod:`snowshard.sharding.txn_ids`) is left alone and reported as ``not ours``: only the
+recovery given that decisions database knows what its group decided. A branch of a group
+younger than ``grace`` seconds is left alone (its writer may still be finishing). For the
+others, the group's decision row in ``snowshard_txn_decisions`` of ``decisions`` says what
+to do: ``commit`` commits the branch; no row means *presumed abort*, so recovery first
+inserts an ``abort`` row (a late writer's ``commit`` insert then fails) and rolls the
+branch back. A branch finished
 meanwhile by someone else is reported as ``gone``. Finally, decision rows older than
 ``grace`` whose group has no branch left are deleted: ``abort`` rows always, ``commit`` rows
 only when every database they list was given as a key of ``engines`` (another database may
@@ -35,7 +39,7 @@ from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.twophase import DEFAULT_GRACE
 from snowshard.sharding.txn_branches import finish_branch, in_doubt_branches, is_unknown_branch
 from snowshard.sharding.txn_decisions import forget_decision, read_decisions, record_decision
-from snowshard.sharding.txn_ids import Xid, group_created_ms
+from snowshard.sharding.txn_ids import Xid, group_created_ms, scope_of
 from snowshard.spec import DEFAULT_DATABASE
 
 __all__ = ["RecoveryAction", "RecoveryReport", "recover"]
@@ -49,6 +53,7 @@ WOULD_ROLL_BACK = "would roll back"
 WAITING = "waiting"  # younger than the grace period
 GONE = "gone"  # finished by someone else meanwhile
 FAILED = "failed"
+NOT_OURS = "not ours"  # its group's decision is kept in another decisions database
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class RecoveryAction:
     """The URL of the engine it was found on, password masked."""
     outcome: str
     """``committed``, ``rolled back``, ``would commit``, ``would roll back`` (dry run),
-    ``waiting`` (younger than the grace period), ``gone`` or ``failed``."""
+    ``waiting`` (younger than the grace period), ``gone``, ``failed``, or ``not ours``
+    (another decisions database's group, left alone)."""
     age_s: float
     detail: str = ""
 
@@ -86,6 +92,11 @@ class RecoveryReport:
     def unresolved(self) -> list[RecoveryAction]:
         """Branches past the grace period still in doubt (failed, or only reported)."""
         return [a for a in self.actions if a.outcome in (FAILED, WOULD_COMMIT, WOULD_ROLL_BACK)]
+
+    @property
+    def not_ours(self) -> list[RecoveryAction]:
+        """Branches left alone because their decisions live in another decisions database."""
+        return [a for a in self.actions if a.outcome == NOT_OURS]
 
     @property
     def waiting(self) -> list[RecoveryAction]:
@@ -166,6 +177,7 @@ def recover(
     decision_engine = decisions if decisions is not None else _default_decisions(engines, listed)
     now_ms = int(clock() * 1000)
     report = RecoveryReport(dry_run=dry_run)
+    scope = scope_of(decision_engine.url.database)
     found: dict[Xid, Engine] = {}
     for engine in listed:
         with engine.connect() as conn:
@@ -174,7 +186,13 @@ def recover(
     due: dict[Xid, Engine] = {}
     for xid, engine in found.items():
         age_s = (now_ms - (group_created_ms(xid.group) or 0)) / 1000
-        if age_s < grace:
+        if xid.scope and xid.scope != scope:
+            detail = (
+                f"its decision is kept in another decisions database (scope {xid.scope}; "
+                f"this one's is {scope or 'none'}); recover it with that one"
+            )
+            report.actions.append(RecoveryAction(xid, _server(engine), NOT_OURS, age_s, detail))
+        elif age_s < grace:
             report.actions.append(RecoveryAction(xid, _server(engine), WAITING, age_s))
         else:
             due[xid] = engine

@@ -9,9 +9,12 @@
 **The protocol** (PostgreSQL prepared transactions, MariaDB/MySQL XA). A session's
 transaction is a *group* with an ID ``<Unix ms>-<12 hex digits>`` (its creation time, then
 randomness); each database it writes is a *branch* with the transaction ID
-``snowshard-<group>:<database key>`` (PostgreSQL GID, under 200 bytes; on MariaDB the XID
-``'snowshard-<group>', '<database key>'``, each part at most 64 bytes), so an operator
-reading ``pg_prepared_xacts`` or ``XA RECOVER`` can pair the branches of a group.
+``snowshard-<scope>.<group>:<database key>`` (PostgreSQL GID, under 200 bytes; on MariaDB
+the XID ``'snowshard-<scope>.<group>', '<database key>'``, each part at most 64 bytes), so
+an operator reading ``pg_prepared_xacts`` or ``XA RECOVER`` can pair the branches of a
+group. The scope (8 hex digits, :func:`~.txn_ids.scope_of`) names the decisions database
+(below) by the name its URL gives it, so recovery acts only on groups it holds the
+decisions of.
 
 1. Each branch is begun with its XID (``XA START`` on MariaDB) when the session first uses
    that database; PostgreSQL's ``max_prepared_transactions`` is checked then (once per
@@ -54,8 +57,10 @@ standby refuses ``PREPARE TRANSACTION`` and XA, and they only read. SQLAlchemy's
 replica broke), or when a transaction read replicas only, the session is closed instead of
 reporting a failure: nothing written is lost.
 
-Limits: one decisions database serves every group whose branches share a server (recovery
-acts on every ``snowshard-`` branch it sees). Changes made by ``before_commit`` listeners
+Limits: recovery must be given a decisions engine whose URL names the same database as the
+sessions' (it leaves branches of any other scope alone, reporting them); branches written
+before scopes existed are recovered by any decisions database. Changes made by
+``before_commit`` listeners
 are flushed before the databases commit only if the listener flushes them itself (the
 session flushes, then commits the databases, then runs SQLAlchemy's commit bookkeeping).
 """
@@ -89,7 +94,14 @@ from snowshard.sharding.txn_decisions import (
     read_decisions,
     record_decision,
 )
-from snowshard.sharding.txn_ids import PREFIX, Xid, branch_name, group_created_ms, new_group
+from snowshard.sharding.txn_ids import (
+    PREFIX,
+    Xid,
+    branch_name,
+    group_created_ms,
+    new_group,
+    scope_of,
+)
 from snowshard.redaction import scrub, url_secrets
 from snowshard.sharding.commit_errors import (
     CommitError,
@@ -184,6 +196,8 @@ class CommitCoordinator:
         )
         self.branches: list[_Branch] = []
         self.group = ""
+        self.scope = ""
+        """The scope of the group's XIDs: its decisions database's (:func:`scope_of`)."""
         self.reads_replicas = False
         """Whether the current transaction holds replica connections (never branches)."""
         self._transaction: SessionTransaction | None = None
@@ -209,6 +223,7 @@ class CommitCoordinator:
             self._transaction = root
             self.branches = []
             self.group = new_group()
+            self.scope = self._scope()
             self.reads_replicas = False
         router = getattr(self.session, "replica_router", None)
         if router is not None and router.replica_key(connection) is not None:
@@ -220,7 +235,7 @@ class CommitCoordinator:
         managed = connection is not self.session.bind and all(
             connection is not bind for bind in getattr(self.session, "databases", {}).values()
         )
-        xid = Xid(self.group, branch_name(key, (b.xid.database for b in self.branches)))
+        xid = Xid(self.group, branch_name(key, (b.xid.database for b in self.branches)), self.scope)
         branch = _Branch(key, xid, connection, backend, managed)
         self.branches.append(branch)
         if self.settings is None:
@@ -318,6 +333,15 @@ class CommitCoordinator:
     def _step(self, settings: TwoPhase, step: str, database: str | None) -> None:
         if settings.on_step is not None:
             settings.on_step(step, self.group, database)
+
+    def _scope(self) -> str:
+        """The scope of this session's groups: its decisions database's, when two-phase."""
+        if self.settings is None:
+            return ""
+        try:
+            return scope_of(self._decisions_engine(self.settings).url.database)
+        except TwoPhaseConfigError:
+            return ""  # the commit raises it, saying what to give
 
     def _decisions_engine(self, settings: TwoPhase) -> Engine:
         target: Any = settings.decisions

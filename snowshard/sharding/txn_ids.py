@@ -1,25 +1,46 @@
 """Names of a two-phase transaction: its group ID and the XIDs of its branches.
 
 A group ID is ``<Unix ms>-<12 hex digits>`` (its creation time, then randomness); a
-branch's XID is ``snowshard-<group>:<database key>`` on PostgreSQL and the pair
-``'snowshard-<group>', '<database key>'`` on MariaDB/MySQL (each part at most 64 bytes,
-made of ``[A-Za-z0-9_.-]``), so an operator can pair the branches of a group and recovery
-can tell snowshard's branches from any other (:mod:`.twophase`).
+branch's XID is ``snowshard-<scope>.<group>:<database key>`` on PostgreSQL and the pair
+``'snowshard-<scope>.<group>', '<database key>'`` on MariaDB/MySQL (each part at most 64
+bytes, made of ``[A-Za-z0-9_.-]``), so an operator can pair the branches of a group and
+recovery can tell snowshard's branches from any other (:mod:`.twophase`).
+
+The *scope* (:func:`scope_of`, 8 hex digits) names the decisions database that holds the
+group's decision. ``XA RECOVER`` lists every branch of a MariaDB server, so recovery run
+for one application would otherwise see another's branches there, find no decision row
+for them in its own decisions database, presume abort and roll back a group that its own
+coordinator had decided to commit. Recovery leaves branches of another scope alone.
+XIDs written before scopes existed (``snowshard-<group>``) carry none and are recovered
+by any decisions database, as they were.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["PREFIX", "Xid", "branch_name", "group_created_ms", "new_group"]
+__all__ = ["PREFIX", "Xid", "branch_name", "group_created_ms", "new_group", "scope_of"]
 
 PREFIX = "snowshard-"
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _MAX_PART = 64  # MySQL: gtrid and bqual at most 64 bytes each
+_HEX = frozenset("0123456789abcdef")
+_SCOPE_DIGITS = 8
+
+
+def scope_of(decisions_database: str | None) -> str:
+    """The scope of groups whose decisions live in the database named
+    ``decisions_database`` (its name in the engine's URL): 8 hex digits, or ``""`` (no
+    scope) for a URL that names no database."""
+    if not decisions_database:
+        return ""
+    digest = hashlib.blake2b(decisions_database.encode(), digest_size=_SCOPE_DIGITS // 2)
+    return digest.hexdigest()
 
 
 def new_group(now_ms: int | None = None) -> str:
@@ -33,25 +54,28 @@ def group_created_ms(group: str) -> int | None:
     ms, sep, rest = group.partition("-")
     if not sep or not ms.isdigit() or len(rest) != 12:
         return None
-    if any(ch not in "0123456789abcdef" for ch in rest):
+    if any(ch not in _HEX for ch in rest):
         return None
     return int(ms)
 
 
 @dataclass(frozen=True)
 class Xid:
-    """A branch's transaction ID: its group, and the database key it writes."""
+    """A branch's transaction ID: its group, the database key it writes, and the scope of
+    its decisions database (``""``: none, an XID of an earlier version)."""
 
     group: str
     database: str
+    scope: str = ""
 
     @property
     def gtrid(self) -> str:
-        """The global part, shared by every branch of the group (``snowshard-<group>``)."""
-        return PREFIX + self.group
+        """The global part, shared by every branch of the group
+        (``snowshard-<scope>.<group>``, or ``snowshard-<group>`` without a scope)."""
+        return PREFIX + (f"{self.scope}." if self.scope else "") + self.group
 
     def __str__(self) -> str:
-        """The PostgreSQL GID form, also used in messages: ``snowshard-<group>:<key>``."""
+        """The PostgreSQL GID form, also used in messages: ``<gtrid>:<key>``."""
         return f"{self.gtrid}:{self.database}"
 
     def literal(self, backend: str) -> str:
@@ -68,10 +92,12 @@ class Xid:
         """The branch these parts name, or None if snowshard did not create them."""
         if not gtrid.startswith(PREFIX) or not _is_safe(bqual):
             return None
-        group = gtrid[len(PREFIX):]
+        scope, dot, group = gtrid[len(PREFIX):].rpartition(".")
+        if dot and (len(scope) != _SCOPE_DIGITS or any(ch not in _HEX for ch in scope)):
+            return None
         if group_created_ms(group) is None:
             return None
-        return cls(group, bqual)
+        return cls(group, bqual, scope)
 
     @classmethod
     def parse_gid(cls, gid: str) -> Xid | None:
