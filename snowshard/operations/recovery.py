@@ -15,11 +15,10 @@ younger than ``grace`` seconds is left alone (its writer may still be finishing)
 others, the group's decision row in ``snowshard_txn_decisions`` of ``decisions`` says what
 to do: ``commit`` commits the branch; no row means *presumed abort*, so recovery first
 inserts an ``abort`` row (a late writer's ``commit`` insert then fails) and rolls the
-branch back. A branch finished
-meanwhile by someone else is reported as ``gone``. Finally, decision rows older than
-``grace`` whose group has no branch left are deleted: ``abort`` rows always, ``commit`` rows
-only when every database they list was given as a key of ``engines`` (another database may
-still hold a branch to commit). See :mod:`snowshard.sharding.twophase` for the protocol.
+branch back. A branch finished meanwhile by someone else is reported as ``gone``. Finally,
+decision rows older than ``grace`` whose group has no branch left are deleted: ``abort``
+rows always, ``commit`` rows only when every database they list was given as a key of
+``engines`` (another database may still hold a branch to commit). See :mod:`snowshard.sharding.twophase` for the protocol.
 
 Safe at any time, concurrently with live traffic and with another recovery.
 """

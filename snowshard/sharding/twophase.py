@@ -60,9 +60,9 @@ reporting a failure: nothing written is lost.
 Limits: recovery must be given a decisions engine whose URL names the same database as the
 sessions' (it leaves branches of any other scope alone, reporting them); branches written
 before scopes existed are recovered by any decisions database. Changes made by
-``before_commit`` listeners
-are flushed before the databases commit only if the listener flushes them itself (the
-session flushes, then commits the databases, then runs SQLAlchemy's commit bookkeeping).
+``before_commit`` listeners are flushed before the databases commit only if the listener
+flushes them itself (the session flushes, then commits the databases, then runs
+SQLAlchemy's commit bookkeeping).
 """
 
 from __future__ import annotations
