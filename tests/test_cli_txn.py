@@ -64,3 +64,18 @@ def test_dry_run_exits_non_zero_while_branches_stay(urls: list[str], database_fa
     assert result.output.count("would commit") == 2
     assert ids(database_factory.engine(urls[1])) == set()
     CliRunner().invoke(txn_group, ["recover", *urls, "--grace", "0"])
+
+
+def test_another_decisions_database_lists_the_branches_as_not_ours(
+    urls: list[str], database_factory: DatabaseFactory
+) -> None:
+    """--decisions naming another database leaves both branches alone, says why, exits 0."""
+    (elsewhere,) = database_factory("postgresql", 1)
+    result = CliRunner().invoke(
+        txn_group, ["recover", *urls, "--grace", "0", "--decisions", elsewhere]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("not ours") == 2
+    assert ids(database_factory.engine(urls[1])) == set()
+    result = CliRunner().invoke(txn_group, ["recover", *urls, "--grace", "0"])
+    assert result.output.count("committed") == 2
