@@ -18,7 +18,8 @@ inserts an ``abort`` row (a late writer's ``commit`` insert then fails) and roll
 branch back. A branch finished meanwhile by someone else is reported as ``gone``. Finally,
 decision rows older than ``grace`` whose group has no branch left are deleted: ``abort``
 rows always, ``commit`` rows only when every database they list was given as a key of
-``engines`` (another database may still hold a branch to commit). See :mod:`snowshard.sharding.twophase` for the protocol.
+``engines`` (another database may still hold a branch to commit). See
+:mod:`snowshard.sharding.twophase` for the protocol.
 
 Safe at any time, concurrently with live traffic and with another recovery.
 """

@@ -238,10 +238,12 @@ class JobLock:
         connection, self._connection = self._connection, None
         if connection is not None:
             try:
-                if self.engine.dialect.name == "postgresql":
-                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _key(self.job)})
-                else:
-                    connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": self._name})
+                unlock = (
+                    "SELECT pg_advisory_unlock(:key)"
+                    if self.engine.dialect.name == "postgresql"
+                    else "SELECT RELEASE_LOCK(:name)"
+                )
+                connection.execute(text(unlock), self._lock_parameters(connection))
             except Exception:  # noqa: BLE001 - a dead connection has released it already
                 connection.invalidate()
             finally:
