@@ -41,12 +41,14 @@ def _replication(replica: sa.Engine, *statements: str) -> None:
 
 
 def test_copy_waits_while_a_delayed_mariadb_replica_lags(replicated: tuple[ReshardWorld, sa.Engine]) -> None:
-    """Replication delayed by 3 s, the replica 2 s behind, a 1 s lag limit: the copy reports
+    """Replication delayed by 6 s, the replica 2 s behind, a 1 s lag limit: the copy reports
     the replica's lag, waits until it caught up, and still copies every row."""
     world, replica = replicated
-    _replication(replica, "STOP SLAVE", "CHANGE MASTER TO MASTER_DELAY = 3", "START SLAVE")
+    _replication(replica, "STOP SLAVE", "CHANGE MASTER TO MASTER_DELAY = 6", "START SLAVE")
     # lagging before the copy starts: a commit the replica holds back, then time passes
-    # (the lag grows from 0 while the delay runs; a fast copy could otherwise finish first)
+    # (the lag grows from 0 while the delay runs; a fast copy could otherwise finish first).
+    # The delay leaves the copy about 4 s to see the lag: with 3 s, a slow machine's set-up
+    # of the job took the second the replica stayed lagging, and the copy never waited.
     with world.bind.begin() as connection:
         connection.execute(sa.text("CREATE TABLE rs_lag_probe (x integer)"))
 
