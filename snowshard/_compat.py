@@ -70,6 +70,7 @@ __all__ = [
     "set_plugin_subject",
     "several_rows_per_object",
     "slot_parameter",
+    "variant_for",
     "without_having",
 ]
 
@@ -147,6 +148,17 @@ def has_options(statement: Any) -> bool:
 def has_multi_values(statement: Any) -> bool:
     """Whether an INSERT has ``.values([...])`` with several rows (``_multi_values``, all versions)."""
     return bool(statement._multi_values)
+
+
+def variant_for(type_: Any, dialect: str) -> Any:
+    """The type ``type_.with_variant(..., dialect)`` gave for ``dialect``, else ``type_``.
+
+    A type keeps its variants in the private ``_variant_mapping`` (all versions); the
+    public ``dialect_impl()`` needs a dialect object, which a merge plan, keyed by the
+    dialect's name, does not hold.
+    """
+    mapping = getattr(type_, "_variant_mapping", None)
+    return mapping.get(dialect, type_) if mapping else type_
 
 
 def orm_annotated(element: Any) -> bool:

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, String
+from sqlalchemy import BigInteger, Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from snowshard import Layout, Snowflake
 from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
 from tests.backends import DatabaseFactory
+from tests.worlds import binary_string
 
 __all__ = ["IDS", "STATUSES", "USERS", "Schema", "Setup", "build_setup", "rows_of", "sort_rows"]
 
@@ -57,7 +58,7 @@ def declare(databases: dict[str, range]) -> Schema:
         id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
         user_id: Mapped[int] = mapped_column(BigInteger)
         amount: Mapped[int | None] = mapped_column(Integer)
-        status: Mapped[str | None] = mapped_column(String(8))
+        status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class Item(Sharded, Base):
         __tablename__ = "items"
@@ -72,7 +73,7 @@ def declare(databases: dict[str, range]) -> Schema:
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
         user_id: Mapped[int] = mapped_column(BigInteger)
         amount: Mapped[int | None] = mapped_column(Integer)
-        status: Mapped[str | None] = mapped_column(String(8))
+        status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class ItemTwin(Base):
         __tablename__ = "items_twin"
@@ -84,7 +85,7 @@ def declare(databases: dict[str, range]) -> Schema:
     class Note(Base):
         __tablename__ = "notes"
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-        label: Mapped[str] = mapped_column(String(8))
+        label: Mapped[str] = mapped_column(binary_string(8))
 
     return Schema(Base, Order, Item, OrderTwin, ItemTwin, Note)
 

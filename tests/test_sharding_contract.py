@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import BigInteger, Integer, String, delete, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, delete, func, insert, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from snowshard import Layout, Snowflake
@@ -41,7 +41,7 @@ from tests.test_sharding_helpers import (
     build_world,
     world_params,
 )
-from tests.worlds import open_world
+from tests.worlds import binary_string, open_world
 
 USERS = [1820, 5177331, 3, 17, 42, 99, 256, 1001, 7, 12, 64, 77, 123456789, 31, 8, 15]
 
@@ -118,7 +118,7 @@ def generation_models(level: str) -> Models:
         id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
         user_id: Mapped[int] = mapped_column(BigInteger, index=True)
         amount: Mapped[int] = mapped_column(Integer, default=0)
-        note: Mapped[str | None] = mapped_column(String(20))
+        note: Mapped[str | None] = mapped_column(binary_string(20))
 
     class Item(Sharded, Base):
         __tablename__ = "items"
@@ -132,7 +132,7 @@ def generation_models(level: str) -> Models:
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
         user_id: Mapped[int] = mapped_column(BigInteger, index=True)
         amount: Mapped[int] = mapped_column(Integer, default=0)
-        note: Mapped[str | None] = mapped_column(String(20))
+        note: Mapped[str | None] = mapped_column(binary_string(20))
 
     Base.registry.configure()
     found = Models(Base, User, Order, Item, Twin, ByIdTime(), ("id", "user_id"))

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import produce_migrations
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
-from sqlalchemy import BigInteger, Integer, String, delete, func, insert, select, update
+from sqlalchemy import BigInteger, Integer, delete, func, insert, select, update
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -62,7 +62,7 @@ from snowshard.strategies import Mix, Mod
 from snowshard.testing import max_fanout
 from tests.backends import DatabaseFactory
 from tests.test_sharding_helpers import BACKEND_MARKS
-from tests.worlds import World, open_world
+from tests.worlds import World, binary_string, open_world
 
 LAYOUT = Layout(worker_bits=6, gene_bits=4)
 SWITCH = datetime(2027, 1, 1, tzinfo=timezone.utc)
@@ -127,7 +127,7 @@ class Order(Sharded, Base):
     id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
     user_id: Mapped[int] = mapped_column(BigInteger, index=True)
     amount: Mapped[int] = mapped_column(Integer, default=0)
-    note: Mapped[str | None] = mapped_column(String(20))
+    note: Mapped[str | None] = mapped_column(binary_string(20))
 
 
 class Item(Sharded, Base):
@@ -143,7 +143,7 @@ class Twin(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     user_id: Mapped[int] = mapped_column(BigInteger, index=True)
     amount: Mapped[int] = mapped_column(Integer, default=0)
-    note: Mapped[str | None] = mapped_column(String(20))
+    note: Mapped[str | None] = mapped_column(binary_string(20))
 
 
 Base.registry.configure()

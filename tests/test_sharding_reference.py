@@ -23,6 +23,7 @@ from snowshard.sharding import (
 from snowshard.sharding.commit_errors import CommitFailed, PartialCommitError
 from snowshard.spec import ShardConfigError
 from tests.backends import DatabaseFactory
+from tests.worlds import binary_string
 
 
 class Base(DeclarativeBase):
@@ -32,7 +33,7 @@ class Base(DeclarativeBase):
 class Country(Reference, Base):
     __tablename__ = "ref_countries"
     code: Mapped[str] = mapped_column(String(2), primary_key=True)
-    name: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(binary_string(40))
 
 
 class Note(Base):

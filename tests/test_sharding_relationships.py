@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, String, func, select
+from sqlalchemy import BigInteger, Integer, func, select
 from sqlalchemy.orm import (
     Bundle,
     DeclarativeBase,
@@ -28,7 +28,7 @@ from snowshard.sharding import (
     UnsupportedShardQuery,
     sharded_model,
 )
-from tests.worlds import IDS, SqlLog, WorldFactory
+from tests.worlds import IDS, SqlLog, WorldFactory, binary_string
 
 
 class Base(DeclarativeBase):
@@ -51,7 +51,7 @@ class User(Sharded, Base):
     __tablename__ = "users"
     __shards__ = Shards(4, key="id")
     id: Mapped[int] = snowflake_pk(IDS, gene_from="email")
-    email: Mapped[str] = mapped_column(String(60))
+    email: Mapped[str] = mapped_column(binary_string(60))
 
     @declared_attr
     def orders(cls) -> Mapped[list[Order]]:

@@ -106,7 +106,7 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, func.coalesce(w.Order.amount, 0), func.upper(w.Order.status)),
         ),
     ],
-    "ORDER BY (NULLs per dialect; strings by code point across databases), LIMIT/OFFSET": [
+    "ORDER BY (NULLs per dialect), LIMIT/OFFSET": [
         Example(
             "merged",
             lambda w: select(w.Order.id, w.Order.amount)
@@ -122,6 +122,30 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "DISTINCT": [Example("merged", lambda w: select(w.Order.status).distinct())],
+    "strings ordered, grouped or matched by a merge (ORDER BY, MIN/MAX, GROUP BY, DISTINCT, "
+    "comparisons)": [
+        # the twin shop's status is declared with each backend's code-point collation
+        Example("merged", lambda w: select(w.Order.status, w.Order.id).order_by(w.Order.status, w.Order.id), ordered=True),
+        Example("merged", lambda w: select(func.min(w.Order.status), func.max(w.Order.status))),
+        Example("merged", lambda w: select(func.count()).select_from(w.Order).group_by(func.lower(w.Order.status))),
+        Example(
+            "merged",
+            lambda w: select(w.Order.user_id, func.max(w.Order.status))
+            .group_by(w.Order.user_id)
+            .having(func.max(w.Order.status) > "o"),
+        ),
+        Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("NOCASE")), backends=("sqlite",)),
+        Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu")), backends=("postgresql",)),
+        Example("refused", lambda w: select(func.max(w.Order.status.collate("utf8mb4_general_ci"))), backends=("mysql",)),
+        Example(
+            "refused",
+            lambda w: select(func.count()).select_from(w.Order).group_by(func.concat(w.Order.status, "x")),
+            backends=("mysql",),
+        ),
+        Example("exact", lambda w: select(w.Order.id).order_by(w.Order.status.collate("NOCASE"), w.Order.id), whole=True, backends=("sqlite",), ordered=True),
+        Example("exact", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu"), w.Order.id), whole=True, backends=("postgresql",), ordered=True),
+    ],
+
     "COUNT, SUM, MIN, MAX, AVG": [
         Example(
             "merged",

@@ -64,6 +64,7 @@ __all__ = [
     "LAYOUT",
     "REFERENCE_STATUSES",
     "SHARD_INFO",
+    "binary_string",
     "STATUSES",
     "TWIN_USERS",
     "Models",
@@ -85,6 +86,17 @@ LAYOUT = Layout(worker_bits=6, gene_bits=4)
 
 IDS = Snowflake(LAYOUT, worker=3)
 """One generator for every shop: its IDs never repeat within the test process."""
+
+def binary_string(length: int) -> Any:
+    """``String(length)`` compared by code point on every backend (SQLite's default
+    ``BINARY``, PostgreSQL's ``C``, MariaDB's ``utf8mb4_nopad_bin``), so merges across
+    shards may order and group it (:mod:`snowshard.sharding.collation`)."""
+    return (
+        String(length)
+        .with_variant(String(length, collation="C"), "postgresql")
+        .with_variant(String(length, collation="utf8mb4_nopad_bin"), "mysql", "mariadb")
+    )
+
 
 SHARD_INFO = "snowshard"
 """``Table.info`` key of a physical table of a sharded model: its ``ShardInfo``."""
@@ -257,7 +269,8 @@ def declare_shop(
         id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
         user_id: Mapped[int] = mapped_column(BigInteger, index=True)
         amount: Mapped[int] = mapped_column(Integer, default=0)
-        note: Mapped[str | None] = mapped_column(String(20))
+        # compared by code point on every backend, so merges may order and group it
+        note: Mapped[str | None] = mapped_column(binary_string(20))
 
     class Item(Sharded, Base):
         __tablename__ = "items"
@@ -336,7 +349,7 @@ def declare_twin_shop(
         id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
         user_id: Mapped[int] = mapped_column(BigInteger)
         amount: Mapped[int | None] = mapped_column(Integer)
-        status: Mapped[str | None] = mapped_column(String(8))
+        status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class Item(Sharded, Base):
         __tablename__ = "items"
@@ -348,8 +361,8 @@ def declare_twin_shop(
 
     class Status(Reference, Base):
         __tablename__ = "statuses"
-        code: Mapped[str] = mapped_column(String(8), primary_key=True)
-        grp: Mapped[str] = mapped_column(String(8))
+        code: Mapped[str] = mapped_column(binary_string(8), primary_key=True)
+        grp: Mapped[str] = mapped_column(binary_string(8))
         rank: Mapped[int | None] = mapped_column(Integer)
 
     class OrderTwin(Base):
@@ -357,7 +370,7 @@ def declare_twin_shop(
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
         user_id: Mapped[int] = mapped_column(BigInteger)
         amount: Mapped[int | None] = mapped_column(Integer)
-        status: Mapped[str | None] = mapped_column(String(8))
+        status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class ItemTwin(Base):
         __tablename__ = "items_twin"
@@ -368,14 +381,14 @@ def declare_twin_shop(
 
     class StatusTwin(Base):
         __tablename__ = "statuses_twin"
-        code: Mapped[str] = mapped_column(String(8), primary_key=True)
-        grp: Mapped[str] = mapped_column(String(8))
+        code: Mapped[str] = mapped_column(binary_string(8), primary_key=True)
+        grp: Mapped[str] = mapped_column(binary_string(8))
         rank: Mapped[int | None] = mapped_column(Integer)
 
     class Note(Base):
         __tablename__ = "notes"
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-        label: Mapped[str] = mapped_column(String(8))
+        label: Mapped[str] = mapped_column(binary_string(8))
 
     Base.registry.configure()
     return TwinShop(

@@ -30,21 +30,23 @@ partitioned by the shard key, keyless subqueries of a sharded model inside a rou
 joins through a relationship attribute of a sharded model or of models sharded
 differently, and plain unsharded tables joined across databases (declare them
 :class:`~.reference.Reference` tables). Moving a row to another shard by changing its key
-is refused too. Across databases, ORDER BY on strings merges by code point (not the
-database collation), databases are queried concurrently and their rows merged as they
-stream (:mod:`~.sources`, :mod:`~.stream`), and without
-``twophase=True`` a commit is per database (a partial failure raises
+is refused too. A merge orders and groups strings by code point, so it is refused where
+their collation compares otherwise (:mod:`~.collation`). Databases are queried
+concurrently and their rows merged as they stream (:mod:`~.sources`, :mod:`~.stream`),
+and without ``twophase=True`` a commit is per database (a partial failure raises
 :class:`~.commit_errors.PartialCommitError`).
 
 ``python -m snowshard.demo`` runs this end to end on SQLite; ``examples/`` has the
 multi-database, time-range and async variants. Modules: :mod:`~.declare` (the
-declaration), :mod:`~.generations` (layouts that change over time), :mod:`~.mapping` (physical tables and classes), :mod:`~.routing` (keys in
-WHERE), :mod:`~.rewrite`, :mod:`~.execute` and :mod:`~.merge` (running statements on
-shards), :mod:`~.reference` (tables copied into every database), :mod:`~.bulk_load` (bulk loads
-at ``COPY`` speed), :mod:`~.replicas` (reads from read replicas), :mod:`~.hints` (forcing
-statements to tables or databases), :mod:`~.explain`, :mod:`~.session`, :mod:`~.schema`,
-:mod:`~.keyset`, :mod:`~.errors`, and :mod:`~.aio` (asyncio; loaded on first use of its
-names, since it needs the ``async`` extra).
+declaration), :mod:`~.generations` (layouts that change over time), :mod:`~.mapping`
+(physical tables and classes), :mod:`~.routing` (keys in WHERE), :mod:`~.rewrite`,
+:mod:`~.execute` and :mod:`~.merge` (running statements on shards), :mod:`~.reference`
+(tables copied into every database), :mod:`~.bulk_load` (bulk loads at ``COPY`` speed),
+:mod:`~.replicas` (reads from read replicas), :mod:`~.hints` (forcing statements to
+tables or databases), :mod:`~.explain`, :mod:`~.session`, :mod:`~.schema`,
+:mod:`~.keyset`, :mod:`~.collation` (strings in merges), :mod:`~.errors`, and
+:mod:`~.aio` (asyncio; loaded on first use of its names, since it needs the ``async``
+extra).
 """
 
 from __future__ import annotations

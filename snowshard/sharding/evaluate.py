@@ -40,13 +40,14 @@ from snowshard.sharding.analysis import describe, function_kind
 from snowshard.sharding.arith import DIALECTS, cast_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
-__all__ = ["Atoms", "Evaluator", "compile_expression"]
+__all__ = ["Atoms", "Evaluator", "bare", "compile_expression"]
 
 Evaluator = Callable[[Sequence[Any]], Any]
 """A compiled expression: merged atom values -> the expression's value."""
 
 
-def _plain(element: Any) -> Any:
+def bare(element: Any) -> Any:
+    """``element`` without the labels, parentheses and one-item lists around it."""
     while True:
         if isinstance(element, (Label, Grouping, LabelReference)):
             element = element.element
@@ -88,12 +89,12 @@ class Atoms:
 
     def _find(self, element: Any, kind: Optional[str]) -> Optional[int]:
         for index, helper in enumerate(self.helpers):
-            if self.kinds[index] == kind and _same(_plain(helper), element):
+            if self.kinds[index] == kind and _same(bare(helper), element):
                 return index
         return None
 
     def add_key(self, element: Any) -> int:
-        element = _plain(element)
+        element = bare(element)
         found = self._find(element, None)
         if found is None:
             found = self._add(element, None)
@@ -101,7 +102,7 @@ class Atoms:
         return found
 
     def key(self, element: Any) -> Optional[int]:
-        return self._find(_plain(element), None)
+        return self._find(bare(element), None)
 
     def aggregate(self, element: FunctionElement[Any]) -> int:
         name = str(element.name).lower()
@@ -125,7 +126,7 @@ class Atoms:
         return index
 
     def _add(self, element: Any, kind: Optional[str]) -> int:
-        self.helpers.append(_plain(element))
+        self.helpers.append(bare(element))
         self.kinds.append(kind)
         return len(self.helpers) - 1
 
@@ -163,7 +164,7 @@ def _refuse(element: Any, why: str) -> UnsupportedShardQuery:
 
 def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
     """``element`` as a function of the merged atom values (adding atoms as needed)."""
-    plain = _plain(element)
+    plain = bare(element)
     key = atoms.key(plain)
     if key is not None:
         return lambda values: values[key]
@@ -219,7 +220,7 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
     operator = element.operator
     if operator in (operators.is_, operators.is_not):
         inner = compile_expression(element.left, atoms)
-        if not isinstance(_plain(element.right), Null):
+        if not isinstance(bare(element.right), Null):
             raise _refuse(element, "IS is merged only against NULL")
         wanted = operator is operators.is_
         return lambda values: (inner(values) is None) == wanted

@@ -15,8 +15,9 @@ The rules:
 
 ORDER BY values are compared in Python: NULLs sort as the database's dialect does (last
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
-``nulls_last()`` says otherwise; strings compare by code point, not by the database's
-collation. Division and CAST over aggregates are computed as the session's database
+``nulls_last()`` says otherwise; strings compare by code point, so a merge that orders,
+groups or matches strings is refused unless their collation compares them that way too
+(:mod:`~snowshard.sharding.collation`). Division and CAST over aggregates are computed as the session's database
 computes them (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
 (``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
@@ -37,7 +38,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
+from sqlalchemy.sql.elements import BinaryExpression, Case, ColumnElement, Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
@@ -53,6 +54,7 @@ from snowshard._compat import (
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
+from snowshard.sharding.collation import EQUALITY, ORDERING, check_strings, collation_of
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
@@ -215,8 +217,12 @@ class MergePlan:
             for expr, descending, nulls_first in order:
                 if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
+                check_strings(expr, dialect, ORDERING, "ORDER BY")
                 self.order.append((len(helpers), descending, nulls_first))
                 helpers.append(expr)
+            if self.distinct and not _unique_rows(columns):
+                for column in columns:
+                    check_strings(column, dialect, EQUALITY, "DISTINCT")
             source = statement.offset(None)
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
@@ -255,6 +261,7 @@ class MergePlan:
             if isinstance(group, TextualLabelReference):
                 group = statement.selected_columns[group.element]
             check_row_expression(group, ())
+            check_strings(group, self.dialect, EQUALITY, "GROUP BY")
             atoms.add_key(group)
         for column in columns:
             try:
@@ -279,9 +286,20 @@ class MergePlan:
         for expr, descending, nulls_first in order:
             if isinstance(expr, TextualLabelReference):
                 index = [c.key for c in columns].index(expr.element)
+                check_strings(columns[index], self.dialect, ORDERING, "ORDER BY")
                 self.order.append((_output(index), descending, nulls_first))
             else:
+                check_strings(expr, self.dialect, ORDERING, "ORDER BY")
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))
+        computed = [c for c, kept in zip(columns, self.direct) if not kept]
+        _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
+        for helper, kind in zip(atoms.helpers, atoms.kinds):
+            if kind in ("min", "max"):
+                for argument in helper.clauses:
+                    check_strings(argument, self.dialect, ORDERING, kind.upper())
+        if self.distinct:
+            for column in columns:
+                check_strings(column, self.dialect, EQUALITY, "DISTINCT")
 
     def _merge_groups(
         self, rows: Iterable[Sequence[Any]], processors: Sequence[Any] = ()
@@ -401,6 +419,46 @@ class _output:
 
     def __call__(self, outputs: Sequence[Any]) -> Any:
         return outputs[self.index]
+
+
+_ORDERING_OPERATORS = (operators.lt, operators.le, operators.gt, operators.ge)
+_EQUALITY_OPERATORS = (operators.eq, operators.ne)
+
+
+def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
+    """Refuse string comparisons computed in Python (HAVING, CASE, comparisons over
+    aggregates) where the database compares the strings otherwise (:mod:`~.collation`)."""
+    for expression in expressions:
+        if expression is None:
+            continue
+        for part in walk(expression):
+            if isinstance(part, BinaryExpression):
+                if part.operator in _ORDERING_OPERATORS:
+                    need = ORDERING
+                elif part.operator in _EQUALITY_OPERATORS:
+                    need = EQUALITY
+                else:
+                    continue
+                for side in (part.left, part.right):
+                    check_strings(side, dialect, need, "comparison")
+            elif isinstance(part, Case) and part.value is not None:
+                check_strings(part.value, dialect, EQUALITY, "CASE")
+
+
+def _unique_rows(columns: Sequence[Any]) -> bool:
+    """Whether the selected columns include a primary key of one column that is not a
+    string: then no two rows are equal, whatever the collation."""
+    for column in columns:
+        table = getattr(column, "table", None)
+        key = getattr(table, "primary_key", None)
+        if (
+            getattr(column, "primary_key", False)
+            and key is not None
+            and len(key.columns) == 1
+            and not collation_of(column, "")[0]
+        ):
+            return True
+    return False
 
 
 def _unique(rows: Iterable[Sequence[Any]], width: int) -> Iterable[Sequence[Any]]:

@@ -1,0 +1,380 @@
+"""Merges compare strings as the database would, or refuse: ORDER BY, MIN/MAX, GROUP BY,
+DISTINCT and comparisons of strings across shards, against an unsharded twin whose strings
+differ in case and accents (``apple``, ``APPLE``, ``Banana``, ``éclair``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import BigInteger, Enum, Integer, String, func, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from snowshard.orm import snowflake_pk
+from snowshard.sharding import Sharded, Shards, UnsupportedShardQuery
+from snowshard.sharding.collation import (
+    EQUALITY,
+    ORDERING,
+    check_strings,
+    collation_of,
+    compares_like_python,
+)
+from tests.backends import DatabaseFactory
+from tests.worlds import IDS, World, binary_string, open_world
+
+WORDS = ["apple", "Banana", "cherry", "Date", "éclair", "fig", "Zeta", "alpha", "APPLE", "b "]
+"""Strings whose code-point order, case-insensitive order and language order all differ."""
+
+ICU = "en-x-icu"
+"""A PostgreSQL collation (predefined with ICU) that orders by language rules."""
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mariadb", marks=pytest.mark.mysql),
+]
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+@pytest.mark.parametrize(
+    ("collation", "dialect", "need", "agrees"),
+    [
+        (None, "sqlite", ORDERING, True),
+        ("BINARY", "sqlite", ORDERING, True),
+        ("NOCASE", "sqlite", EQUALITY, False),
+        (None, "postgresql", ORDERING, False),
+        ("C", "postgresql", ORDERING, True),
+        ('"C"', "postgresql", ORDERING, True),
+        ("ucs_basic", "postgresql", ORDERING, True),
+        ("C.UTF-8", "postgresql", ORDERING, True),
+        (ICU, "postgresql", ORDERING, False),
+        (None, "postgresql", EQUALITY, True),
+        (ICU, "postgresql", EQUALITY, True),
+        ("my_case_insensitive", "postgresql", EQUALITY, False),
+        (None, "mysql", ORDERING, False),
+        (None, "mariadb", EQUALITY, False),
+        ("utf8mb4_general_ci", "mysql", EQUALITY, False),
+        ("utf8mb4_bin", "mysql", ORDERING, False),
+        ("utf8mb4_nopad_bin", "mysql", ORDERING, True),
+        ("binary", "mariadb", EQUALITY, True),
+        (None, "oracle", ORDERING, False),
+    ],
+)
+def test_which_collations_compare_like_python(
+    collation: str | None, dialect: str, need: str, agrees: bool
+) -> None:
+    """Only code-point collations order like Python; PostgreSQL's built-in ones also match."""
+    assert compares_like_python(collation, dialect, need) is agrees
+
+
+class _Model(DeclarativeBase):
+    pass
+
+
+class _Row(_Model):
+    __tablename__ = "collation_rules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plain: Mapped[str] = mapped_column(String(8))
+    declared: Mapped[str] = mapped_column(String(8, collation="NOCASE"))
+    variant: Mapped[str] = mapped_column(binary_string(8))
+    number: Mapped[int] = mapped_column(Integer)
+
+
+class _Trimmed(TypeDecorator[str]):
+    impl = String(8, collation="C")
+    cache_ok = True
+
+
+def test_collate_in_the_expression_wins_over_the_column_type() -> None:
+    """``.collate()`` names the collation, whatever the column declares."""
+    assert collation_of(_Row.declared.collate("BINARY"), "sqlite")[:2] == (True, "BINARY")
+
+
+def test_a_type_variant_gives_each_dialect_its_collation() -> None:
+    """``with_variant`` types are read for the dialect the merge runs on."""
+    assert collation_of(_Row.variant, "postgresql")[1] == "C"
+    assert collation_of(_Row.variant, "mysql")[1] == "utf8mb4_nopad_bin"
+    assert collation_of(_Row.variant, "sqlite")[1] is None
+
+
+def test_a_type_decorator_is_read_through_its_impl() -> None:
+    """A TypeDecorator over String has its impl's collation."""
+    assert collation_of(func.max(_Row.plain).cast(_Trimmed()), "postgresql")[:2] == (True, "C")
+
+
+def test_an_unknown_function_over_a_string_is_taken_for_a_string() -> None:
+    """lower(x) has no type in SQLAlchemy: it compares by x's collation."""
+    assert collation_of(func.lower(_Row.declared), "sqlite")[:2] == (True, "NOCASE")
+
+
+def test_a_typed_function_is_not_a_string() -> None:
+    """func.length(x, type_=Integer) is a number, which every collation orders alike."""
+    assert collation_of(func.length(_Row.plain, type_=Integer), "mysql")[0] is False
+    check_strings(func.length(_Row.plain, type_=Integer), "mysql", ORDERING, "ORDER BY")
+
+
+def test_a_refusal_names_the_expression_the_collation_and_the_rewrite() -> None:
+    """The message says what is compared, by which collation, and what to write instead."""
+    with pytest.raises(UnsupportedShardQuery) as caught:
+        check_strings(_Row.__table__.c.plain, "mysql", ORDERING, "ORDER BY")
+    message = str(caught.value)
+    assert "ORDER BY collation_rules.plain" in message
+    assert "default collation" in message
+    assert 'collate("utf8mb4_nopad_bin")' in message
+
+
+def test_a_native_enum_is_not_ordered_in_a_merge() -> None:
+    """PostgreSQL and MariaDB order an enum by its declared order: refused for ORDER BY."""
+    kind = Enum("zeta", "alpha", name="kind")
+    column = select(func.max(_Row.plain).cast(kind)).selected_columns[0]
+    with pytest.raises(UnsupportedShardQuery, match="declared order"):
+        check_strings(column, "postgresql", ORDERING, "ORDER BY")
+    check_strings(column, "postgresql", EQUALITY, "GROUP BY")
+
+
+# --------------------------------------------------------------------------- on databases
+
+
+@dataclass
+class Words:
+    """A sharded model and its unsharded twin holding :data:`WORDS`, on two databases."""
+
+    world: World
+    sharded: Any
+    twin: Any
+    backend: str
+
+
+def _declare(backend: str) -> tuple[type[DeclarativeBase], Any, Any]:
+    icu = String(20, collation=ICU) if backend == "postgresql" else String(20)
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Word(Sharded, Base):
+        __tablename__ = "words"
+        __shards__ = Shards(4, key=("id", "user_id"), databases={"a": [0, 1], "b": [2, 3]})
+        id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        plain: Mapped[str] = mapped_column(String(20))
+        binary: Mapped[str] = mapped_column(binary_string(20))
+        language: Mapped[str] = mapped_column(icu)
+
+    class WordTwin(Base):
+        __tablename__ = "words_twin"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        plain: Mapped[str] = mapped_column(String(20))
+        binary: Mapped[str] = mapped_column(binary_string(20))
+        language: Mapped[str] = mapped_column(icu)
+
+    return Base, Word, WordTwin
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def words(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Words]:
+    """:data:`WORDS` in a sharded model over two databases and in its twin (read only)."""
+    backend = request.param
+    factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("collation"))
+    try:
+        base, word, twin = _declare(backend)
+        world = open_world(factory, base, backend)
+        with world.session() as session:
+            for user, text in enumerate(WORDS, start=1):
+                row = word(user_id=user, plain=text, binary=text, language=text)
+                session.add(row)
+                session.flush()
+                session.add(twin(id=row.id, user_id=user, plain=text, binary=text, language=text))
+            session.commit()
+        world.log.clear()
+        yield Words(world, word, twin, backend)
+        world.log.close()
+    finally:
+        factory.cleanup()
+
+
+Build = Callable[[Any], Any]
+
+
+def _same_as_twin(words: Words, build: Build) -> list[Any]:
+    with words.world.session() as session:
+        got = session.execute(build(words.sharded)).all()
+        twin = session.execute(build(words.twin)).all()
+    assert got == twin
+    return got
+
+
+def _refused(words: Words, build: Build, match: str) -> None:
+    words.world.log.clear()
+    with words.world.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+        session.execute(build(words.sharded))
+    assert len(words.world.log) == 0, "SQL ran before the refusal"
+
+
+def test_the_words_sort_otherwise_in_the_database_than_in_python(words: Words) -> None:
+    """The test vector matters: a language or case-insensitive collation orders
+    :data:`WORDS` otherwise than code points do (so a merge in Python would be wrong)."""
+    if words.backend == "sqlite":
+        column = "plain"
+        expected = sorted(WORDS)
+    else:
+        column = "language" if words.backend == "postgresql" else "plain"
+        expected = None
+    with words.world.session() as session:
+        attribute = getattr(words.twin, column)
+        found = [r[0] for r in session.execute(select(attribute).order_by(attribute))]
+    if expected is not None:
+        assert found == expected
+    else:
+        assert sorted(found) == sorted(WORDS) and found != sorted(WORDS)
+
+
+def test_order_by_a_binary_collation_is_merged_exactly(words: Words) -> None:
+    """ORDER BY a column declared with a code-point collation equals one table's order."""
+    got = _same_as_twin(words, lambda m: select(m.binary).order_by(m.binary, m.id))
+    assert [r[0] for r in got] == sorted(WORDS)
+
+
+def test_order_by_collate_in_the_query_is_merged_exactly(words: Words) -> None:
+    """Naming a code-point collation in the query makes a merged ORDER BY exact."""
+    binary = {"sqlite": "BINARY", "postgresql": "C", "mysql": "utf8mb4_nopad_bin"}[words.backend]
+    got = _same_as_twin(
+        words, lambda m: select(m.plain).order_by(m.plain.collate(binary).desc(), m.id)
+    )
+    assert [r[0] for r in got] == sorted(WORDS, reverse=True)
+
+
+def test_order_by_the_default_collation_is_refused_where_it_is_unknown(words: Words) -> None:
+    """PostgreSQL's and MariaDB's default collation is not known before the query: refused
+    there; SQLite's default (BINARY) merges exactly."""
+    build: Build = lambda m: select(m.plain).order_by(m.plain).limit(5)  # noqa: E731
+    if words.backend == "sqlite":
+        _same_as_twin(words, build)
+    else:
+        _refused(words, build, "ORDER BY .*default collation")
+
+
+def test_order_by_a_language_collation_is_refused(words: Words) -> None:
+    """A collation that orders by case or language rules cannot be merged in Python."""
+    if words.backend == "sqlite":
+        build: Build = lambda m: select(m.plain).order_by(m.plain.collate("NOCASE"))  # noqa: E731
+    else:
+        build = lambda m: select(m.language).order_by(m.language)  # noqa: E731
+    _refused(words, build, "ORDER BY")
+
+
+def test_min_and_max_of_strings_follow_the_same_rule(words: Words) -> None:
+    """MIN/MAX of a code-point column merge exactly; of an unknown collation, refused."""
+    got = _same_as_twin(words, lambda m: select(func.min(m.binary), func.max(m.binary)))
+    assert got == [(min(WORDS), max(WORDS))]
+    if words.backend != "sqlite":
+        _refused(words, lambda m: select(func.max(m.plain)), "MAX")
+
+
+def test_group_by_strings_matches_as_the_database_does(words: Words) -> None:
+    """GROUP BY merges by equality: exact on code-point collations and on PostgreSQL's
+    deterministic default; refused on MariaDB's default (``apple`` = ``APPLE`` there)."""
+    build: Build = lambda m: select(m.binary, func.count()).group_by(m.binary)  # noqa: E731
+    assert sorted(_same_as_twin_unordered(words, build)) == sorted((w, 1) for w in WORDS)
+    grouped: Build = lambda m: select(m.plain, func.count()).group_by(m.plain)  # noqa: E731
+    if words.backend == "mysql":
+        _refused(words, grouped, "GROUP BY")
+    else:
+        _same_as_twin_unordered(words, grouped)
+
+
+def _same_as_twin_unordered(words: Words, build: Build) -> list[Any]:
+    with words.world.session() as session:
+        got = sorted(session.execute(build(words.sharded)).all())
+        twin = sorted(session.execute(build(words.twin)).all())
+    assert got == twin
+    return got
+
+
+def test_distinct_strings_are_refused_under_a_case_insensitive_default(words: Words) -> None:
+    """DISTINCT over MariaDB's default collation would keep both ``apple`` and ``APPLE``."""
+    build: Build = lambda m: select(m.plain).distinct()  # noqa: E731
+    if words.backend == "mysql":
+        _refused(words, build, "DISTINCT")
+    else:
+        _same_as_twin_unordered(words, build)
+
+
+def test_distinct_with_the_primary_key_is_not_refused(words: Words) -> None:
+    """Rows that include their ID are all distinct whatever the collation: merged."""
+    _same_as_twin_unordered(words, lambda m: select(m.id, m.plain).distinct())
+
+
+def test_a_string_comparison_in_having_is_refused_under_an_unknown_collation(
+    words: Words,
+) -> None:
+    """HAVING max(x) > 'b' is computed in Python: refused unless x compares by code point."""
+    having: Build = lambda m: (  # noqa: E731
+        select(m.user_id, func.max(m.binary))
+        .group_by(m.user_id)
+        .having(func.max(m.binary) > "b")
+    )
+    _same_as_twin_unordered(words, having)
+    if words.backend != "sqlite":
+        _refused(
+            words,
+            lambda m: select(func.count()).select_from(m).having(func.max(m.plain) > "b"),
+            "MAX|comparison",
+        )
+
+
+def _one_database() -> tuple[type[DeclarativeBase], Any, Any]:
+    class Base(DeclarativeBase):
+        pass
+
+    class OneWord(Sharded, Base):
+        __tablename__ = "one_words"
+        __shards__ = Shards(4, key=("id", "user_id"))
+        id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        plain: Mapped[str] = mapped_column(String(20))
+
+    class OneWordTwin(Base):
+        __tablename__ = "one_words_twin"
+        id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        plain: Mapped[str] = mapped_column(String(20))
+
+    return Base, OneWord, OneWordTwin
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_database_orders_whole_reads_itself_and_refuses_split_ones(
+    backend: str, database_factory: DatabaseFactory
+) -> None:
+    """In one database a keyless ORDER BY runs as one UNION ALL the database sorts (exact
+    whatever the collation); keys naming several shards split it into a merge, refused
+    where the default collation is unknown."""
+    base, word, twin = _one_database()
+    world = open_world(database_factory, base, backend)
+    with world.session() as session:
+        for user, text in enumerate(WORDS, start=1):
+            row = word(user_id=user, plain=text)
+            session.add(row)
+            session.flush()
+            session.add(twin(id=row.id, user_id=user, plain=text))
+        session.commit()
+        whole = [select(m.plain).order_by(m.plain, m.id) for m in (word, twin)]
+        assert session.execute(whole[0]).all() == session.execute(whole[1]).all()
+        users = [u for u in range(1, 5)]
+        split = select(word.plain).where(word.user_id.in_(users)).order_by(word.plain)
+        if backend == "sqlite":
+            assert len(session.execute(split).all()) == 4
+        else:
+            world.log.clear()
+            with pytest.raises(UnsupportedShardQuery, match="ORDER BY"):
+                session.execute(split)
+            assert len(world.log) == 0
+    world.log.close()
