@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 VARIANTS = ["plain keyed", "sharded keyed", "plain get", "sharded get"]
 
 
-def child(variant: str, calls: int, warm_up: int, path: str) -> None:
+def child(variant: str, calls: int, warm_up: int, path: str, users: int = 400) -> None:
     """Load the rows, warm up, then make ``calls`` calls of ``variant`` (in this process)."""
     sys.path.insert(0, str(HERE))
     import bench_sharding as b
@@ -50,7 +50,7 @@ def child(variant: str, calls: int, warm_up: int, path: str) -> None:
     from snowshard.sharding import ShardedSession, create_all, sharded_model
 
     engine = sa.create_engine(f"sqlite:///{path}")
-    rows = _rows(400, 10)
+    rows = _rows(users, 10)
     create_all(b.Base.metadata, bind=engine)
     _insert(engine, b.Plain.__table__, rows)  # type: ignore[arg-type]
     spec = sharded_model(b.Order)
@@ -80,7 +80,7 @@ def child(variant: str, calls: int, warm_up: int, path: str) -> None:
         action()
 
 
-def instructions(variant: str, calls: int, warm_up: int) -> int:
+def instructions(variant: str, calls: int, warm_up: int, users: int = 400) -> int:
     """Instructions callgrind counts for set-up, warm-up and ``calls`` calls of ``variant``."""
     with tempfile.TemporaryDirectory() as folder:
         command = [
@@ -88,6 +88,7 @@ def instructions(variant: str, calls: int, warm_up: int) -> int:
             f"--callgrind-out-file={folder}/callgrind.%p",
             sys.executable, __file__, "--child", variant, "--calls", str(calls),
             "--warm-up", str(warm_up), "--db", os.path.join(folder, "bench.db"),
+            "--users", str(users),
         ]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -102,15 +103,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--warm-up", type=int, default=500, help="calls before counting")
     parser.add_argument("--measure", choices=["keyed", "get", "both"], default="both")
+    parser.add_argument(
+        "--users", type=int, default=400, help="users (10 orders each) in the database"
+    )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.calls, args.warm_up, args.db)
+        child(args.child, args.calls, args.warm_up, args.db, args.users)
         return
     measures = ["keyed", "get"] if args.measure == "both" else [args.measure]
     per_call = {
-        v: (instructions(v, args.calls, args.warm_up) - instructions(v, 0, args.warm_up))
+        v: (
+            instructions(v, args.calls, args.warm_up, args.users)
+            - instructions(v, 0, args.warm_up, args.users)
+        )
         / args.calls
         for v in VARIANTS
         if v.split()[1] in measures

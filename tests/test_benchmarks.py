@@ -200,7 +200,10 @@ def test_bench_sharding_runs_and_drops_its_databases(postgres_url: str) -> None:
 @pytest.mark.slow
 def test_bench_instructions_counts_each_variant() -> None:
     """bench_instructions prints instructions per call of plain and sharded, and a ratio."""
-    output = _run("bench_instructions.py", "--measure", "get", "--calls", "3", "--warm-up", "3")
+    output = _run(
+        "bench_instructions.py", "--measure", "get", "--calls", "3", "--warm-up", "3",
+        "--users", "20",
+    )  # fmt: skip
     line = re.search(r"^get by ID +([\d,]+) +([\d,]+) +(\d+\.\d\d)x", output, re.MULTILINE)
     assert line, output
     plain, sharded = (int(n.replace(",", "")) for n in line.groups()[:2])
