@@ -14,12 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy
-from sqlalchemy import Subquery
+from sqlalchemy import LargeBinary, Subquery
 from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
 from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
 from sqlalchemy.sql.base import CompileState
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import (
     BindParameter,
+    ColumnElement,
     _label_reference,
     _textual_label_reference,
 )
@@ -29,6 +31,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 __all__ = [
     "KeyedSubquery",
     "LabelReference",
+    "PaddedWeight",
     "ResultCloser",
     "SlotLimitParameter",
     "SlotParameter",
@@ -260,6 +263,34 @@ class KeyedSubquery(Subquery):
         ("_annotations", InternalTraversal.dp_annotations_key),
     ]
     snowshard_key: str
+
+
+class PaddedWeight(ColumnElement[bytes]):
+    """``WEIGHT_STRING(element AS CHAR(length))`` (MariaDB, MySQL): bytes that sort and
+    match as ``element`` does under its collation, trailing spaces included (the string is
+    padded to ``length`` characters first, which PAD SPACE collations weigh as spaces).
+
+    A construct of its own declares what its cache key is made of with the
+    ``_traverse_internals`` hook (all versions); it is compiled with the public
+    ``@compiles``.
+    """
+
+    __visit_name__ = "snowshard_padded_weight"
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012 - SQLAlchemy's hook is a plain class list
+        ("element", InternalTraversal.dp_clauseelement),
+        ("length", InternalTraversal.dp_plain_obj),
+    ]
+    type = LargeBinary()
+
+    def __init__(self, element: Any, length: int) -> None:
+        self.element = element
+        self.length = int(length)
+
+
+@compiles(PaddedWeight)
+def _render_padded_weight(element: PaddedWeight, compiler: Any, **kw: Any) -> str:
+    return f"WEIGHT_STRING({compiler.process(element.element, **kw)} AS CHAR({element.length}))"
 
 
 def keyed_subquery(selectable: Any, *, name: str, key: str) -> KeyedSubquery:

@@ -9,24 +9,42 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Enum, Integer, String, func, select
+from sqlalchemy import (
+    CHAR,
+    BigInteger,
+    Enum,
+    Integer,
+    String,
+    column,
+    func,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from snowshard.orm import snowflake_pk
-from snowshard.sharding import Sharded, Shards, UnsupportedShardQuery
+from snowshard.sharding import Sharded, Shards, UnsupportedShardQuery, sharded_model
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
     check_strings,
     collation_of,
     compares_like_python,
+    weight_of,
 )
 from tests.backends import DatabaseFactory
 from tests.worlds import IDS, World, binary_string, open_world
 
-WORDS = ["apple", "Banana", "cherry", "Date", "éclair", "fig", "Zeta", "alpha", "APPLE", "b "]
-"""Strings whose code-point order, case-insensitive order and language order all differ."""
+WORDS = [
+    "apple", "Banana", "cherry", "Date", "éclair", "fig", "Zeta", "alpha", "b ", "APPLE", "b",
+    "b\t",
+]  # fmt: skip
+"""Strings whose code-point order, case-insensitive order and language order all differ,
+and that differ in trailing spaces (MariaDB's PAD SPACE calls ``b`` and ``b `` equal and
+sorts ``b\t`` before them); word ``i`` belongs to user ``i + 1``, so ``apple`` and ``APPLE``,
+``b`` and ``b `` live in different databases."""
 
 ICU = "en-x-icu"
 """A PostgreSQL collation (predefined with ICU) that orders by language rules."""
@@ -185,6 +203,9 @@ def words(
     factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("collation"))
     try:
         base, word, twin = _declare(backend)
+        spec = sharded_model(word)
+        homes = {w: spec.database_of(spec.shard_of("user_id", u)) for u, w in enumerate(WORDS, 1)}
+        assert homes["apple"] != homes["APPLE"] and homes["b"] != homes["b "]
         world = open_world(factory, base, backend)
         with world.session() as session:
             for user, text in enumerate(WORDS, start=1):
@@ -252,22 +273,43 @@ def test_order_by_collate_in_the_query_is_merged_exactly(words: Words) -> None:
 
 
 def test_order_by_the_default_collation_is_refused_where_it_is_unknown(words: Words) -> None:
-    """PostgreSQL's and MariaDB's default collation is not known before the query: refused
-    there; SQLite's default (BINARY) merges exactly."""
-    build: Build = lambda m: select(m.plain).order_by(m.plain).limit(5)  # noqa: E731
-    if words.backend == "sqlite":
-        _same_as_twin(words, build)
-    else:
+    """PostgreSQL's default collation is not known before the query: refused there; SQLite's
+    (BINARY) merges as it is, MariaDB's by WEIGHT_STRING() (both exact)."""
+    build: Build = lambda m: select(m.plain).order_by(m.plain, m.id).limit(7)  # noqa: E731
+    if words.backend == "postgresql":
         _refused(words, build, "ORDER BY .*default collation")
+    else:
+        _same_as_twin(words, build)
 
 
+@pytest.mark.parametrize("words", [BACKENDS[0], BACKENDS[1]], indirect=True)
 def test_order_by_a_language_collation_is_refused(words: Words) -> None:
-    """A collation that orders by case or language rules cannot be merged in Python."""
+    """A collation that orders by case or language rules cannot be merged in Python on
+    SQLite and PostgreSQL (MariaDB says how it orders: next test)."""
     if words.backend == "sqlite":
         build: Build = lambda m: select(m.plain).order_by(m.plain.collate("NOCASE"))  # noqa: E731
     else:
         build = lambda m: select(m.language).order_by(m.language)  # noqa: E731
     _refused(words, build, "ORDER BY")
+
+
+@pytest.mark.parametrize(
+    "collation", [None, "utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"]
+)
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("words", [BACKENDS[2]], indirect=True)
+def test_order_by_any_collation_merges_exactly_on_mariadb(
+    words: Words, collation: str | None, descending: bool
+) -> None:
+    """On MariaDB the sources send WEIGHT_STRING() of a string ORDER BY, which sorts as its
+    collation does (case-insensitive, accents, trailing spaces): the merge equals one table."""
+
+    def build(m: Any) -> Any:
+        text = m.plain if collation is None else m.plain.collate(collation)
+        return select(m.plain, m.id).order_by(text.desc() if descending else text, m.id)
+
+    got = _same_as_twin(words, build)
+    assert len(got) == len(WORDS)
 
 
 def test_min_and_max_of_strings_follow_the_same_rule(words: Words) -> None:
@@ -280,14 +322,27 @@ def test_min_and_max_of_strings_follow_the_same_rule(words: Words) -> None:
 
 def test_group_by_strings_matches_as_the_database_does(words: Words) -> None:
     """GROUP BY merges by equality: exact on code-point collations and on PostgreSQL's
-    deterministic default; refused on MariaDB's default (``apple`` = ``APPLE`` there)."""
+    deterministic default; on MariaDB's default the groups merge by WEIGHT_STRING(), so
+    ``apple`` and ``APPLE`` from different databases are one group, as in one table."""
     build: Build = lambda m: select(m.binary, func.count()).group_by(m.binary)  # noqa: E731
     assert sorted(_same_as_twin_unordered(words, build)) == sorted((w, 1) for w in WORDS)
-    grouped: Build = lambda m: select(m.plain, func.count()).group_by(m.plain)  # noqa: E731
-    if words.backend == "mysql":
-        _refused(words, grouped, "GROUP BY")
-    else:
-        _same_as_twin_unordered(words, grouped)
+    if words.backend != "mysql":
+        _same_as_twin_unordered(
+            words, lambda m: select(m.plain, func.count()).group_by(m.plain)
+        )
+        return
+    grouped: Build = lambda m: (  # noqa: E731
+        select(m.plain, func.count()).group_by(m.plain).order_by(m.plain.desc())
+    )
+    with words.world.session() as session:
+        got = session.execute(grouped(words.sharded)).all()
+        twin = session.execute(grouped(words.twin)).all()
+    # which spelling of a group ("apple" or "APPLE", "b" or "b ") the database shows is its
+    # own choice
+    spelled = [(v.lower().rstrip(" "), n) for v, n in got]
+    assert spelled == [(v.lower().rstrip(" "), n) for v, n in twin]
+    assert ("apple", 2) in spelled and ("b", 2) in spelled and ("b\t", 1) in spelled
+    assert len(got) == len(WORDS) - 2
 
 
 def _same_as_twin_unordered(words: Words, build: Build) -> list[Any]:
@@ -355,8 +410,8 @@ def test_one_database_orders_whole_reads_itself_and_refuses_split_ones(
     backend: str, database_factory: DatabaseFactory
 ) -> None:
     """In one database a keyless ORDER BY runs as one UNION ALL the database sorts (exact
-    whatever the collation); keys naming several shards split it into a merge, refused
-    where the default collation is unknown."""
+    whatever the collation); keys naming several shards split it into a merge: exact on
+    SQLite and MariaDB, refused on PostgreSQL, whose default collation is unknown."""
     base, word, twin = _one_database()
     world = open_world(database_factory, base, backend)
     with world.session() as session:
@@ -368,13 +423,113 @@ def test_one_database_orders_whole_reads_itself_and_refuses_split_ones(
         session.commit()
         whole = [select(m.plain).order_by(m.plain, m.id) for m in (word, twin)]
         assert session.execute(whole[0]).all() == session.execute(whole[1]).all()
-        users = [u for u in range(1, 5)]
-        split = select(word.plain).where(word.user_id.in_(users)).order_by(word.plain)
-        if backend == "sqlite":
-            assert len(session.execute(split).all()) == 4
-        else:
+        users = [1, 2, 3, 4]
+        split = [
+            select(m.plain).where(m.user_id.in_(users)).order_by(m.plain, m.id)
+            for m in (word, twin)
+        ]
+        if backend == "postgresql":
             world.log.clear()
             with pytest.raises(UnsupportedShardQuery, match="ORDER BY"):
-                session.execute(split)
+                session.execute(split[0])
             assert len(world.log) == 0
+        else:
+            assert session.execute(split[0]).all() == session.execute(split[1]).all()
     world.log.close()
+
+
+# --------------------------------------------------------------------------- string keys
+
+
+def _slugs(backend: str, exact: bool) -> tuple[type[DeclarativeBase], Any, Any]:
+    """A model sharded by a string key ``slug`` over two databases, and its twin; ``exact``
+    declares the key with each backend's code-point collation."""
+    kind = binary_string(20) if exact else String(20)
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Tenant(Sharded, Base):
+        __tablename__ = "tenants"
+        __shards__ = Shards(4, key="slug", databases={"a": [0, 1], "b": [2, 3]})
+        slug: Mapped[str] = mapped_column(kind, primary_key=True)
+        seats: Mapped[int] = mapped_column(Integer)
+
+    class TenantTwin(Base):
+        __tablename__ = "tenants_twin"
+        slug: Mapped[str] = mapped_column(kind, primary_key=True)
+        seats: Mapped[int] = mapped_column(Integer)
+
+    return Base, Tenant, TenantTwin
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("exact", [False, True], ids=["default", "code-point"])
+def test_a_string_shard_key_is_used_only_where_equality_is_exact(
+    backend: str, exact: bool, database_factory: DatabaseFactory
+) -> None:
+    """A row lives in the table its string key's exact value names. Where the database
+    matches strings exactly (SQLite, PostgreSQL, a code-point collation) reads by key equal
+    the twin; under MariaDB's default collation, where 'ACME' = 'acme', writes and reads
+    of the model are refused before any SQL (one table would return the 'acme' row for
+    'ACME', or reject 'ACME' as a duplicate)."""
+    base, tenant, twin = _slugs(backend, exact)
+    world = open_world(database_factory, base, backend)
+    slugs = ["acme", "globex", "initech", "umbrella"]
+    with world.session() as session:
+        session.add_all([twin(slug=slug, seats=i) for i, slug in enumerate(slugs)])
+        session.commit()
+        reads = [
+            [select(m.seats).where(m.slug == "ACME") for m in (tenant, twin)],
+            [select(m.seats).where(m.slug.in_(["globex", "Initech "])) for m in (tenant, twin)],
+            [select(m.slug).where(m.seats > 0) for m in (tenant, twin)],
+        ]
+        if backend == "mysql" and not exact:
+            world.log.clear()
+            session.add_all([tenant(slug=slug, seats=i) for i, slug in enumerate(slugs)])
+            with pytest.raises(UnsupportedShardQuery, match="slug is a string shard key"):
+                session.flush()
+            session.rollback()
+            for sharded, plain in reads:
+                with pytest.raises(UnsupportedShardQuery, match="slug is a string shard key"):
+                    session.execute(sharded)
+            assert len(world.log) == 0, "SQL ran before the refusal"
+            assert session.execute(reads[0][1]).all()  # one table matches 'acme' for 'ACME'
+        else:
+            session.add_all([tenant(slug=slug, seats=i) for i, slug in enumerate(slugs)])
+            session.commit()
+            for sharded, plain in reads:
+                assert sorted(session.execute(sharded).all()) == sorted(
+                    session.execute(plain).all()
+                )
+    world.log.close()
+
+
+def test_a_fixed_length_char_is_not_compared_in_python() -> None:
+    """CHAR(n) compares ignoring trailing spaces on PostgreSQL, even under "C": refused."""
+    code = column("code", CHAR(4, collation="C"))
+    with pytest.raises(UnsupportedShardQuery, match="fixed-length CHAR"):
+        check_strings(code, "postgresql", EQUALITY, "GROUP BY")
+    check_strings(column("code", CHAR(4)), "sqlite", ORDERING, "ORDER BY")
+
+
+def test_an_untyped_expression_is_refused_where_strings_may_compare_otherwise() -> None:
+    """literal_column() has no type: refused on PostgreSQL and MariaDB, fine on SQLite."""
+    with pytest.raises(UnsupportedShardQuery, match="knows no type"):
+        check_strings(literal_column("name"), "postgresql", ORDERING, "ORDER BY")
+    check_strings(literal_column("name"), "sqlite", ORDERING, "ORDER BY")
+    check_strings(literal_column("name", Integer), "mysql", ORDERING, "ORDER BY")
+
+
+def test_a_string_of_known_length_is_weighed_on_mariadb() -> None:
+    """MariaDB orders and groups a String(n) by WEIGHT_STRING(x AS CHAR(n)); an untyped
+    function over it (which may return a number) and a Text (no length) are refused."""
+    weight = weight_of(_Row.__table__.c.plain, "mysql", ORDERING, "ORDER BY")
+    assert str(weight.compile(dialect=mysql.dialect())) == (
+        "WEIGHT_STRING(collation_rules.plain AS CHAR(8))"
+    )
+    assert weight_of(_Row.__table__.c.variant, "mysql", ORDERING, "ORDER BY") is None
+    with pytest.raises(UnsupportedShardQuery):
+        weight_of(func.length(_Row.__table__.c.plain), "mysql", ORDERING, "ORDER BY")
+    with pytest.raises(UnsupportedShardQuery):
+        weight_of(column("t", String()), "mysql", EQUALITY, "GROUP BY")

@@ -138,9 +138,23 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu")), backends=("postgresql",)),
         Example("refused", lambda w: select(func.max(w.Order.status.collate("utf8mb4_general_ci"))), backends=("mysql",)),
         Example(
-            "refused",
-            lambda w: select(func.count()).select_from(w.Order).group_by(func.concat(w.Order.status, "x")),
+            "merged",
+            lambda w: select(w.Order.id).order_by(w.Order.status.collate("utf8mb4_general_ci").desc(), w.Order.id),
             backends=("mysql",),
+            ordered=True,
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.concat(w.Order.status, "x")).distinct(),
+            backends=("mysql",),
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.status.collate("utf8mb4_general_ci"), func.count())
+            .group_by(w.Order.status.collate("utf8mb4_general_ci"))
+            .order_by(w.Order.status.collate("utf8mb4_general_ci")),
+            backends=("mysql",),
+            ordered=True,
         ),
         Example("exact", lambda w: select(w.Order.id).order_by(w.Order.status.collate("NOCASE"), w.Order.id), whole=True, backends=("sqlite",), ordered=True),
         Example("exact", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu"), w.Order.id), whole=True, backends=("postgresql",), ordered=True),

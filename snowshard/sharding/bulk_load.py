@@ -69,6 +69,7 @@ from snowshard.sharding.bulk_errors import (
 )
 from snowshard.sharding.bulk_plan import Processors, RowPlan
 from snowshard.sharding.bulk_writers import write_rows
+from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.errors import ShardKeyConflict
 from snowshard.sharding.model import ShardedModel, model_of_class
 from snowshard.strategies import Gene, Mod
@@ -393,10 +394,15 @@ def bulk_insert(
     :returns: a :class:`BulkReport`: rows per table, total, primary keys in input order.
     :raises BulkRowError: (or a subclass) for a bad row, before anything is written; the
         message and ``index`` name the row.
+    :raises UnsupportedShardQuery: for a string shard key that a database matches otherwise
+        than exactly (:func:`~snowshard.sharding.collation.check_string_keys`).
 
     See the module docstring for what is checked and how rows are written.
     """
     sharded = _check_arguments(session, model, rows, batch_size, progress)
+    dialects = {session.get_bind(mapper=m).dialect.name for m in sharded.mappers}
+    for dialect in dialects:  # string keys only where the databases match them exactly
+        check_string_keys(sharded, dialect)
     if session.autoflush:
         session.flush()
     load = _Load(session, sharded)

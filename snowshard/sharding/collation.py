@@ -5,25 +5,41 @@ values, takes MIN/MAX of per-source values, groups rows by their GROUP BY keys, 
 DISTINCT duplicates and computes comparisons, all in Python. Python compares strings by
 code point and calls two strings equal only when they are the same string. A database
 compares them by a *collation*: MariaDB's default ``utf8mb4_general_ci`` orders ``alpha``
-before ``Banana`` and calls ``apple`` equal to ``APPLE``; PostgreSQL's ``en_US.UTF-8`` or
-ICU collations order by language rules. A merge done in Python under such a collation
-returns a plausible, wrong order or grouping, so it is refused
-(:class:`~snowshard.sharding.errors.UnsupportedShardQuery`, before any SQL runs) unless the
-collation is known, from the statement alone, to agree with Python:
+before ``Banana``, calls ``apple`` equal to ``APPLE`` and ``a`` equal to ``a `` (PAD
+SPACE); PostgreSQL's ``en_US.UTF-8`` or ICU collations order by language rules. A merge
+done in Python under such a collation returns a plausible, wrong order or grouping, so it
+is refused (:class:`~snowshard.sharding.errors.UnsupportedShardQuery`, before any SQL runs)
+unless the collation is known, from the statement alone, to agree with Python:
 
 * its expression says ``.collate(name)``, else its column type says ``String(collation=name)``
-  (a type's dialect variant counts), else the database's default applies, which snowshard
-  cannot see without asking the server, except SQLite's (``BINARY``);
+  (dialect variants and TypeDecorators read for the session's dialect), else the
+  database's default applies, which snowshard cannot see without asking the server,
+  except SQLite's (``BINARY``);
 * ordering (ORDER BY, MIN/MAX, ``<``/``>`` in HAVING or CASE) agrees on SQLite's ``BINARY``,
-  PostgreSQL's ``C``, ``POSIX``, ``C.UTF-8`` / ``pg_c_utf8`` and ``ucs_basic``, and MariaDB
-  and MySQL's ``binary``, ``*_nopad_bin`` and MySQL 8's ``*_0900_bin`` (the other ``*_bin``
-  collations ignore trailing spaces);
-* equality (GROUP BY keys, DISTINCT, ``=``/``IN``) agrees with those too, and on
-  PostgreSQL also with the database default, ``default`` and the predefined ICU
-  collations (``*-x-icu``), which are deterministic (equal only when the bytes are); a
-  collation the user created may not be, and is refused;
-* enums order by their declared order on PostgreSQL and MariaDB: ORDER BY and MIN/MAX of a
-  native enum are refused there.
+  PostgreSQL's ``C``, ``POSIX``, ``C.UTF-8`` / ``pg_c_utf8`` and ``ucs_basic`` (in a UTF-8
+  database), and MariaDB and MySQL's ``binary`` and the Unicode or ASCII character sets'
+  ``*_nopad_bin`` and MySQL 8's ``*_0900_bin`` (the other ``*_bin`` collations ignore
+  trailing spaces; a single-byte set's byte order is not code-point order);
+* equality (GROUP BY keys, DISTINCT, ``=``) agrees with those too, and on PostgreSQL also
+  with the database default, ``default`` and the predefined ICU collations (``*-x-icu``),
+  which are deterministic (equal only when the bytes are); a collation the user created
+  may not be, and is refused;
+* a fixed-length ``CHAR`` compares ignoring trailing spaces on PostgreSQL and MariaDB, and
+  an enum orders by its declared order there: neither is taken for Python's comparison;
+* an expression whose type SQLAlchemy does not know (``text()``, ``literal_column()``, a
+  function without ``type_=``) is taken for a string when it has a string argument; with
+  no typed argument at all it is refused on PostgreSQL and MariaDB (give it ``type_=``);
+* MariaDB and MySQL can say how a collation compares a string: ``WEIGHT_STRING(x AS
+  CHAR(n))`` is bytes that sort and match as ``x`` does, trailing spaces included. There a
+  merged ORDER BY of a ``String(n)`` under any other collation sorts by it, and its GROUP BY
+  keys group by it (:func:`weight_of`): exact, not refused (MIN/MAX, DISTINCT and
+  comparisons of such strings still are).
+
+A string shard key is routed by its exact value, so ``key == 'ACME'`` reads the shard of
+``'ACME'``; where the database calls ``'acme'`` equal to it, one table would return that row
+too, join it by key or reject it as a duplicate. Every statement on a model whose string
+key matches otherwise than exactly on the session's database is refused
+(:func:`check_string_keys`): declare the key column with a code-point collation.
 
 A statement that runs whole (one shard, or one ``UNION ALL`` in one database) is compared by
 the database itself and never reaches these checks.
@@ -31,27 +47,44 @@ the database itself and never reaches these checks.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Enum, String
+from sqlalchemy import CHAR, NCHAR, Enum, String
+from sqlalchemy.dialects import registry
+from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BinaryExpression, CollationClause
 from sqlalchemy.types import NullType, TypeDecorator
 
-from snowshard._compat import variant_for
+from snowshard._compat import PaddedWeight, variant_for
 from snowshard.sharding.analysis import describe, walk
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 
-__all__ = ["ORDERING", "EQUALITY", "check_strings", "collation_of", "compares_like_python"]
+__all__ = [
+    "EQUALITY",
+    "ORDERING",
+    "check_string_keys",
+    "check_strings",
+    "collation_of",
+    "compares_like_python",
+    "sort_value",
+    "weight_of",
+]
 
 ORDERING = "ordering"
 """What a merge does with ORDER BY values, MIN/MAX and ``<``, ``>``: order them."""
 
 EQUALITY = "equality"
-"""What a merge does with GROUP BY keys, DISTINCT rows and ``=``, ``IN``: match them."""
+"""What a merge does with GROUP BY keys, DISTINCT rows and ``=``: match them."""
 
 _POSTGRES_CODE_POINT = frozenset({"c", "posix", "c.utf-8", "c.utf8", "pg_c_utf8", "ucs_basic"})
+_UNICODE_SETS = frozenset({"utf8", "utf8mb3", "utf8mb4", "ucs2", "utf32", "ascii"})
+"""MariaDB/MySQL character sets whose ``*_bin`` byte order is code-point order."""
+_WEIGHTED = ("mysql", "mariadb")
+"""Dialects with ``WEIGHT_STRING()``."""
 _ADVICE = {
     "postgresql": 'add .collate("C") to the expression or declare the column '
     'String(..., collation="C")',
@@ -62,19 +95,30 @@ _ADVICE = {
 _ADVICE["mariadb"] = _ADVICE["mysql"]
 
 
+@cache
+def _dialect(name: str) -> Dialect:
+    """A dialect object of ``name`` for reading types (its driver is never imported)."""
+    try:
+        found: Dialect = registry.load(name)()
+    except Exception:  # noqa: BLE001 - an unknown name: types as SQLAlchemy's defaults
+        found = DefaultDialect()
+    return found
+
+
 def _type_for(type_: Any, dialect: str) -> Any:
     type_ = variant_for(type_, dialect)
     while isinstance(type_, TypeDecorator):
-        type_ = variant_for(type_.impl, dialect)
+        type_ = variant_for(type_.load_dialect_impl(_dialect(dialect)), dialect)
     return type_
 
 
-def collation_of(element: Any, dialect: str) -> tuple[bool, str | None, Any]:
+def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, Any]:
     """``(is_string, collation, type)`` of an expression on ``dialect``.
 
-    ``collation`` is the name ``.collate()`` or the column type gives, None for the
-    database's default; ``type`` the expression's type for that dialect. An expression of
-    no known type (an unknown function) over a string is taken for a string.
+    ``is_string`` is None when the expression's type is unknown and none of its parts has
+    a type; ``collation`` is the name ``.collate()`` or the column type gives, None for the
+    database's default; ``type`` the expression's type for that dialect (``NullType`` for
+    an untyped function taken for a string because of its string argument).
     """
     plain = bare(element)
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
@@ -84,18 +128,18 @@ def collation_of(element: Any, dialect: str) -> tuple[bool, str | None, Any]:
     type_ = _type_for(getattr(plain, "type", None), dialect)
     if isinstance(type_, String):
         return True, type_.collation, type_
-    if type_ is None or isinstance(type_, NullType):
-        # a function SQLAlchemy does not know (lower(), trim()...) has no type: it is taken
-        # for a string when it has a string argument, compared by their collation (the
-        # first that Python does not reproduce, when they differ)
-        found = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
-        strings = [f for f in found if f[0]]
-        for one in strings:
-            if not compares_like_python(one[1], dialect, ORDERING):
-                return one
-        if strings:
-            return strings[0]
-    return False, None, type_
+    if type_ is not None and not isinstance(type_, NullType):
+        return False, None, type_
+    parts = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
+    strings = [p for p in parts if p[0]]
+    if strings:
+        # an untyped function over strings compares by their collation (the first that
+        # Python does not reproduce, when they differ)
+        worst = next((p for p in strings if not _exact(p[1], p[2], dialect, ORDERING)), None)
+        return True, (worst or strings[0])[1], NullType()
+    if any(p[0] is False for p in parts):
+        return False, None, NullType()
+    return None, None, NullType()
 
 
 def _postgres_deterministic(name: str) -> bool:
@@ -114,15 +158,29 @@ def compares_like_python(collation: str | None, dialect: str, need: str) -> bool
         if need == EQUALITY:
             return name is None or _postgres_deterministic(name)
         return name in _POSTGRES_CODE_POINT
-    if dialect in ("mysql", "mariadb"):
-        return name is not None and (
-            name == "binary" or name.endswith("_nopad_bin") or name.endswith("_0900_bin")
-        )
+    if dialect in _WEIGHTED:
+        if name is None:
+            return False
+        if name == "binary":
+            return True
+        if not (name.endswith("_nopad_bin") or name.endswith("_0900_bin")):
+            return False
+        return need == EQUALITY or name.split("_")[0] in _UNICODE_SETS
     return False
 
 
 def _native_enum(type_: Any, dialect: str) -> bool:
     return isinstance(type_, Enum) and type_.native_enum and dialect != "sqlite"
+
+
+def _padded(type_: Any, dialect: str) -> bool:
+    """Whether ``type_`` is a fixed-length CHAR, which PostgreSQL and MariaDB compare
+    ignoring trailing spaces (SQLite stores it as TEXT)."""
+    return isinstance(type_, (CHAR, NCHAR)) and dialect != "sqlite"
+
+
+def _exact(collation: str | None, type_: Any, dialect: str, need: str) -> bool:
+    return compares_like_python(collation, dialect, need) and not _padded(type_, dialect)
 
 
 def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
@@ -131,6 +189,16 @@ def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
     ``what`` names the merge step for the message (``"ORDER BY"``, ``"GROUP BY"``...).
     """
     is_string, collation, type_ = collation_of(element, dialect)
+    if is_string is None:
+        if dialect == "sqlite":
+            return  # SQLite compares any text by BINARY
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: SQLAlchemy knows no type for it "
+            f"(text(), literal_column(), a function without type_=), so the merge cannot "
+            f"tell whether {dialect} compares it as a string, by a collation Python does not "
+            "reproduce; give it its type (literal_column('x', Integer), "
+            "func.f(..., type_=String(20)))"
+        )
     if not is_string:
         return
     if need == ORDERING and _native_enum(type_, dialect):
@@ -140,19 +208,82 @@ def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
             "whose order Python can reproduce, or route the query to one shard (a shard key "
             "in WHERE)"
         )
-    if compares_like_python(collation, dialect, need):
+    if _exact(collation, type_, dialect, need):
         return
     where = (
-        f"the collation {collation!r}" if collation is not None
-        else f"the database's default collation, which snowshard cannot see before the "
-        f"query runs"
+        "fixed-length CHAR rules (trailing spaces ignored; use String)"
+        if _padded(type_, dialect) and compares_like_python(collation, dialect, need)
+        else f"the collation {collation!r}" if collation is not None
+        else "the database's default collation, which snowshard cannot see before the "
+        "query runs"
     )  # fmt: skip
     verb = "orders" if need == ORDERING else "matches"
+    weighable = " (on MariaDB, ORDER BY and GROUP BY of a String(n) merge by WEIGHT_STRING)"
     raise UnsupportedShardQuery(
         f"{what} {describe(element)} across shards: the merge {verb} strings as Python "
         f"does (by code point, equal only when identical), but {dialect} compares them by "
-        f"{where}, which may differ (case, accents), so the merged answer could differ "
-        f"from one table's; {_ADVICE.get(dialect, 'route the query to one shard')}, or "
-        "route the query to one shard (a shard key in WHERE); if the expression is not a "
-        "string, give it its type (func.length(x, type_=Integer))"
+        f"{where}, which may differ (case, accents, trailing spaces), so the merged answer "
+        f"could differ from one table's; {_ADVICE.get(dialect, 'route it to one shard')}, "
+        "or route the query to one shard (a shard key in WHERE)"
+        + (weighable if dialect in _WEIGHTED else "")
     )
+
+
+def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
+    """None where Python compares the strings of ``element`` as the database does (or it is
+    no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, its
+    :class:`~snowshard._compat.PaddedWeight`: bytes that order as the collation orders the
+    string, equal for strings it calls equal; otherwise refused as :func:`check_strings`
+    refuses."""
+    plain = bare(element)
+    is_string, collation, type_ = collation_of(plain, dialect)
+    length = getattr(type_, "length", None)
+    if (
+        is_string
+        and dialect in _WEIGHTED
+        and isinstance(type_, String)  # a known type: an untyped function may be a number
+        and length
+        and not _native_enum(type_, dialect)
+        and not _exact(collation, type_, dialect, need)
+    ):
+        return PaddedWeight(plain, length)
+    check_strings(plain, dialect, need, what)
+    return None
+
+
+def sort_value(element: Any, dialect: str) -> Any:
+    """What each source sends for a merge to order rows by ``element`` (an ORDER BY item):
+    the value, or its weight (:func:`weight_of`)."""
+    weight = weight_of(element, dialect, ORDERING, "ORDER BY")
+    return element if weight is None else weight
+
+
+def check_string_keys(model: Any, dialect: str) -> None:
+    """Refuse statements on ``model`` (a :class:`~snowshard.sharding.model.ShardedModel`)
+    when one of its shard keys is a string that ``dialect`` matches otherwise than exactly.
+
+    A row lives in the table its key's exact value names; where the database calls
+    ``'ACME'`` and ``'acme'`` equal, one table would find, join or reject as a duplicate
+    rows that live in other tables here. A key of a TypeDecorator is left alone: its values
+    are the decorator's own spelling (a UUID's hex, say), the same for equal keys.
+    """
+    for key in model.keys:
+        column = model.table.c[key]
+        if isinstance(column.type, TypeDecorator):
+            continue
+        is_string, collation, type_ = collation_of(column, dialect)
+        if not is_string or _exact(collation, type_, dialect, EQUALITY):
+            continue
+        where = (
+            "fixed-length CHAR rules" if _padded(type_, dialect)
+            else "its default collation" if collation is None
+            else f"the collation {collation!r}"
+        )  # fmt: skip
+        raise UnsupportedShardQuery(
+            f"{model.name}.{key} is a string shard key: a row lives in the table its exact "
+            f"value names, but {dialect} matches strings by {where}, which may call "
+            "different strings equal ('ACME' = 'acme', trailing spaces), so reads, joins "
+            "and unique keys could differ from one table's; declare the key column with a "
+            'collation that matches exactly (String(..., collation="utf8mb4_nopad_bin") on '
+            'MariaDB and MySQL; the default or "C" on PostgreSQL)'
+        )

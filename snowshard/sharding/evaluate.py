@@ -82,7 +82,8 @@ class Atoms:
         """The database dialect whose arithmetic division and CAST follow."""
         self.helpers: list[Any] = []
         self.kinds: list[Optional[str]] = []
-        """Per helper: None for a key, the aggregate's name, or "avg_sum"/"avg_count"."""
+        """Per helper: None for a key, the aggregate's name, "avg_sum"/"avg_count", or
+        "weight" for a key's ``WEIGHT_STRING()``."""
         self.keys: list[int] = []
         self.averages: list[tuple[int, int, int]] = []
         """(sum helper, count helper, avg helper) of each AVG."""
@@ -124,6 +125,12 @@ class Atoms:
             count = self._add(func.count(argument), "avg_count")
             self.averages.append((total, count, index))
         return index
+
+    def add_weight(self, element: Any) -> int:
+        """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind
+        ``"weight"``: read as the source sent it, like a key)."""
+        found = self._find(bare(element), "weight")
+        return found if found is not None else self._add(element, "weight")
 
     def _add(self, element: Any, kind: Optional[str]) -> int:
         self.helpers.append(bare(element))

@@ -55,6 +55,7 @@ from snowshard.sharding.bulk import (
     run_bulk,
     writing_to,
 )
+from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.errors import (
     FanOutForbidden,
     InvalidShardHint,
@@ -404,6 +405,9 @@ def plan_statement(
     check_models(statement, found)
     where = getattr(statement, "whereclause", None)
     route_ = route(found, where, params)
+    dialect = _dialect(session, found[0])
+    for model in found:
+        check_string_keys(model, dialect)
     if hint is not None:
         route_ = apply_hint(hint, found, route_)
     if statement.is_select:
@@ -478,6 +482,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         check_models(statement, models)
         if len(models) != 1:
             raise UnsupportedShardQuery("an INSERT may name one sharded model only")
+        check_string_keys(models[0], _dialect(session, models[0]))
         allowed = None
         if hint is not None:
             allowed = apply_hint(hint, models, Route(None)).shards

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.declare import ROUTED_KEYS
 from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged
 from snowshard.sharding.model import ShardedModel, model_of_class
@@ -24,6 +25,7 @@ __all__ = ["check_flush"]
 
 def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
     """``before_flush`` hook: every new or changed sharded row still belongs where it is."""
+    checked: set[int] = set()
     for obj in session.new:
         entry = model_of_class(type(obj))
         if entry is None:
@@ -34,6 +36,9 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
                 f"a {model.name} was built without its shard key; pass "
                 f"{' or '.join(model.keys)} to {model.name}(...), which picks its table"
             )
+        if id(model) not in checked:  # string keys only where the database matches exactly
+            checked.add(id(model))
+            check_string_keys(model, session.get_bind(mapper=model.mappers[shard]).dialect.name)
         values = obj.__dict__  # the ORM keeps loaded attribute values here
         if values.get(ROUTED_KEYS) == tuple(values.get(key) for key in model.keys):
             gene = model.gene_parent

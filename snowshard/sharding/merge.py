@@ -16,9 +16,11 @@ The rules:
 ORDER BY values are compared in Python: NULLs sort as the database's dialect does (last
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
 ``nulls_last()`` says otherwise; strings compare by code point, so a merge that orders,
-groups or matches strings is refused unless their collation compares them that way too
-(:mod:`~snowshard.sharding.collation`). Division and CAST over aggregates are computed as the session's database
-computes them (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
+groups or matches strings is refused unless their collation compares them that way too,
+or, for ORDER BY and GROUP BY on MariaDB and MySQL, the sources send the strings' weights
+to sort and group by (:mod:`~snowshard.sharding.collation`). Division and CAST over
+aggregates are computed as the session's database computes them
+(:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
 (``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
@@ -54,7 +56,14 @@ from snowshard._compat import (
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
-from snowshard.sharding.collation import EQUALITY, ORDERING, check_strings, collation_of
+from snowshard.sharding.collation import (
+    EQUALITY,
+    ORDERING,
+    check_strings,
+    collation_of,
+    sort_value,
+    weight_of,
+)
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
@@ -198,6 +207,8 @@ class MergePlan:
         """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
         self.having: Evaluator | None = None
         self.order: list[tuple[Any, bool, bool]] = []
+        self.grouping: list[int] = []
+        """Helpers whose values make a group: each GROUP BY key, or its WEIGHT_STRING()."""
         helpers: list[ColumnElement[Any]]
         if self.grouped:
             self._plan_groups(statement, columns, order, having)
@@ -217,9 +228,8 @@ class MergePlan:
             for expr, descending, nulls_first in order:
                 if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
-                check_strings(expr, dialect, ORDERING, "ORDER BY")
                 self.order.append((len(helpers), descending, nulls_first))
-                helpers.append(expr)
+                helpers.append(sort_value(expr, dialect))
             if self.distinct and not _unique_rows(columns):
                 for column in columns:
                     check_strings(column, dialect, EQUALITY, "DISTINCT")
@@ -257,12 +267,17 @@ class MergePlan:
                 "aggregates, not whole entities; select the columns you need"
             )
         atoms = self.atoms
+        weights: dict[int, int] = {}
+        """GROUP BY key helper -> its WEIGHT_STRING() helper (strings grouped by weight)."""
         for group in group_by_of(statement):
             if isinstance(group, TextualLabelReference):
                 group = statement.selected_columns[group.element]
             check_row_expression(group, ())
-            check_strings(group, self.dialect, EQUALITY, "GROUP BY")
-            atoms.add_key(group)
+            weight = weight_of(group, self.dialect, EQUALITY, "GROUP BY")
+            key = atoms.add_key(group)
+            if weight is not None:
+                weights[key] = atoms.add_weight(weight)
+            self.grouping.append(weights.get(key, key))
         for column in columns:
             try:
                 self.outputs.append(compile_expression(column, atoms))
@@ -284,12 +299,18 @@ class MergePlan:
         if having is not None:
             self.having = compile_expression(having, atoms)
         for expr, descending, nulls_first in order:
+            index = None
             if isinstance(expr, TextualLabelReference):
                 index = [c.key for c in columns].index(expr.element)
-                check_strings(columns[index], self.dialect, ORDERING, "ORDER BY")
+                expr = columns[index]
+            found = atoms.key(expr)
+            if found is not None and found in weights:  # a key grouped by weight sorts by it
+                self.order.append((itemgetter(weights[found]), descending, nulls_first))
+                continue
+            check_strings(expr, self.dialect, ORDERING, "ORDER BY")
+            if index is not None:
                 self.order.append((_output(index), descending, nulls_first))
             else:
-                check_strings(expr, self.dialect, ORDERING, "ORDER BY")
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))
         computed = [c for c, kept in zip(columns, self.direct) if not kept]
         _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
@@ -308,14 +329,14 @@ class MergePlan:
         base = self.width
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
         for row in rows:
-            groups.setdefault(tuple(row[base + i] for i in atoms.keys), []).append(row)
+            groups.setdefault(tuple(row[base + i] for i in self.grouping), []).append(row)
         merged: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
         for members in groups.values():
             values: list[Any] = [None] * len(atoms.helpers)
             for index, kind in enumerate(atoms.kinds):
                 column = [r[base + index] for r in members]
-                if kind is None:
-                    values[index] = column[0]
+                if kind is None or kind == "weight":
+                    values[index] = column[0]  # equal within the group (a key's first spelling)
                 elif kind in ("avg", "avg_sum"):
                     values[index] = _combine("sum", column)
                 else:

@@ -45,6 +45,7 @@ from sqlalchemy.sql.visitors import iterate
 
 from snowshard.sharding import driver_errors
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
+from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase
@@ -294,7 +295,12 @@ class ShardedSession(Session):
             value = ident[0] if len(ident) == 1 else None
         elif isinstance(ident, Mapping):
             value = ident.get(key)
-        return None if value is None else (model, model.shard_of(key, value))
+        if value is None:
+            return None
+        shard = model.shard_of(key, value)
+        if isinstance(value, str):  # a string key: only where the database matches exactly
+            check_string_keys(model, self.get_bind(mapper=model.mappers[shard]).dialect.name)
+        return model, shard
 
     def get(self, entity: Any, ident: Any, **kw: Any) -> Any:
         """:meth:`Session.get`; a model keyed by its ID reads the one table the ID names."""
