@@ -569,14 +569,9 @@ def list_test_databases(backend: str, server_url: str) -> list[str]:
 def _create_database(backend: str, server_url: str, name: str) -> str:
     if backend == "postgresql":
         with _admin(server_url) as conn:
-            # template0: never blocked by someone else sitting in template1. FILE_COPY
-            # (PostgreSQL 15+): the default WAL_LOG strategy writes the whole template to
-            # the WAL (~4 MB per database), which the streaming replica of .ci/servers.sh
-            # then replays; copying the files is twice as fast and keeps the WAL small.
-            version = conn.dialect.server_version_info or (0,)
-            strategy = " STRATEGY FILE_COPY" if version >= (15,) else ""
+            # template0: never blocked by someone else sitting in template1.
             conn.exec_driver_sql(
-                f"CREATE DATABASE {_pg_quote(name)} TEMPLATE template0{strategy}"
+                f"CREATE DATABASE {_pg_quote(name)} TEMPLATE template0"
             )
     else:
         with _admin(server_url, drop_database=True) as conn:
