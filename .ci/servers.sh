@@ -3,7 +3,11 @@
 #
 #   127.0.0.1:5433  a second PostgreSQL cluster ("second"), trust auth, prepared transactions,
 #                   wal_level=logical (reshard's logical-replication capture)
-#   127.0.0.1:5434  a streaming replica ("replica", hot standby) of the main cluster on 5432
+#   127.0.0.1:5435  a PostgreSQL cluster ("primary") that only the replica tests write to
+#   127.0.0.1:5434  a streaming replica ("replica", hot standby) of 5435. Not of the main
+#                   cluster: a replica of 5432 replayed every test database's CREATE DATABASE
+#                   (the whole template, about 4 MB of WAL each), which cost a third of a
+#                   core throughout a CI run
 #   127.0.0.1:3307  a second MariaDB server (data in /var/lib/mysql2), root@127.0.0.1 with no
 #                   password, like the main server on 3306
 #   127.0.0.1:3310  a MariaDB primary with a binary log (data in /var/lib/mysql-primary)
@@ -17,14 +21,14 @@
 # Its last lines are `KEY=value` lines for the test environment (tests/backends.py):
 #
 #   SNOWSHARD_TEST_POSTGRES2_URL=postgresql+psycopg://postgres@127.0.0.1:5433/postgres
+#   SNOWSHARD_TEST_POSTGRES_PRIMARY_URL=postgresql+psycopg://postgres@127.0.0.1:5435/postgres
 #   SNOWSHARD_TEST_POSTGRES_REPLICA_URL=postgresql+psycopg://postgres@127.0.0.1:5434/postgres
 #   SNOWSHARD_TEST_MYSQL2_URL=mysql+pymysql://root@127.0.0.1:3307/test
 #   SNOWSHARD_TEST_MYSQL_PRIMARY_URL=mysql+pymysql://root@127.0.0.1:3310/test
 #   SNOWSHARD_TEST_MYSQL_REPLICA_URL=mysql+pymysql://root@127.0.0.1:3311/test
 #
 # so a caller can `export` them:  while read -r l; do export "$l"; done < <(... | grep ^SNOWSHARD_)
-# Nothing here stops or restarts the main servers (the main cluster's pg_hba.conf gains one
-# `replication` line and is reloaded, which does not drop connections).
+# Nothing here stops, restarts or reconfigures the main servers.
 set -euo pipefail
 
 WAIT_SECONDS=${WAIT_SECONDS:-60}
@@ -32,6 +36,7 @@ PG_VERSION=${PG_VERSION:-$(ls /etc/postgresql | sort -V | tail -n 1)}
 PG_MAIN_PORT=5432
 PG_SECOND_PORT=5433
 PG_REPLICA_PORT=5434
+PG_PRIMARY_PORT=5435   # the replica's primary
 MARIADB_MAIN_PORT=3306
 MARIADB2_PORT=3307   # data in /var/lib/mysql2, socket /run/mysqld/mysql2.sock
 MARIADB_PRIMARY_PORT=3310   # binary log on: the primary of the replica below
@@ -146,40 +151,54 @@ mariadb_jobs+=($!)
 mariadb_server "$MARIADB_REPLICA_PORT" mysql-replica --server-id=11 &
 mariadb_jobs+=($!)
 
-# ------------------------------------------------------------------ PostgreSQL, second cluster
-if ! pg_up "$PG_SECOND_PORT"; then
-    if [ ! -d "/etc/postgresql/$PG_VERSION/second" ]; then
-        say "creating PostgreSQL cluster $PG_VERSION/second on port $PG_SECOND_PORT"
-        pg_createcluster -q "$PG_VERSION" second -p "$PG_SECOND_PORT" \
-            -o max_prepared_transactions=32 -o wal_level=logical >/dev/null
-        trust_local_tcp second
+# ------------------------------------------------------------------ PostgreSQL, clusters
+# pg_cluster NAME PORT: a cluster of the tests' own (trust auth, prepared transactions,
+# wal_level=logical for reshard's logical-replication capture), created and started if it
+# does not answer.
+pg_cluster() {
+    local name=$1 port=$2
+    if ! pg_up "$port"; then
+        if [ ! -d "/etc/postgresql/$PG_VERSION/$name" ]; then
+            say "creating PostgreSQL cluster $PG_VERSION/$name on port $port"
+            pg_createcluster -q "$PG_VERSION" "$name" -p "$port" \
+                -o max_prepared_transactions=32 -o wal_level=logical >/dev/null
+            trust_local_tcp "$name"
+        fi
+        say "starting PostgreSQL cluster $PG_VERSION/$name"
+        pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" "$name" start
     fi
-    say "starting PostgreSQL cluster $PG_VERSION/second"
-    pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" second start
-fi
-wait_for "PostgreSQL on $PG_SECOND_PORT" pg_up "$PG_SECOND_PORT"
-[ "$(psql_at "$PG_SECOND_PORT" 'SHOW max_prepared_transactions')" != 0 ] ||
-    die "cluster $PG_VERSION/second has max_prepared_transactions = 0"
-if [ "$(psql_at "$PG_SECOND_PORT" 'SHOW wal_level')" != logical ]; then
-    # a cluster made before wal_level=logical was asked for: set it (a restart of this
-    # cluster only, which belongs to the tests)
-    say "setting wal_level = logical on $PG_VERSION/second (restart)"
-    psql_at "$PG_SECOND_PORT" 'ALTER SYSTEM SET wal_level = logical' >/dev/null
-    pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" second restart
-    wait_for "PostgreSQL on $PG_SECOND_PORT" pg_up "$PG_SECOND_PORT"
-fi
-[ "$(psql_at "$PG_SECOND_PORT" 'SHOW wal_level')" = logical ] ||
-    die "cluster $PG_VERSION/second does not run with wal_level = logical"
+    wait_for "PostgreSQL on $port" pg_up "$port"
+    [ "$(psql_at "$port" 'SHOW max_prepared_transactions')" != 0 ] ||
+        die "cluster $PG_VERSION/$name has max_prepared_transactions = 0"
+    if [ "$(psql_at "$port" 'SHOW wal_level')" != logical ]; then
+        # a cluster made before wal_level=logical was asked for: set it (a restart of this
+        # cluster only, which belongs to the tests)
+        say "setting wal_level = logical on $PG_VERSION/$name (restart)"
+        psql_at "$port" 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+        pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" "$name" restart
+        wait_for "PostgreSQL on $port" pg_up "$port"
+    fi
+    [ "$(psql_at "$port" 'SHOW wal_level')" = logical ] ||
+        die "cluster $PG_VERSION/$name does not run with wal_level = logical"
+}
+pg_cluster second "$PG_SECOND_PORT"
+pg_cluster primary "$PG_PRIMARY_PORT"
 
-# ------------------------------------------------------------------ PostgreSQL, replica of 5432
-main_hba=$(psql_at "$PG_MAIN_PORT" 'SHOW hba_file')
+# ------------------------------------------------------------------ PostgreSQL, replica of 5435
+primary_hba=$(psql_at "$PG_PRIMARY_PORT" 'SHOW hba_file')
 replication_rule='host replication all 127.0.0.1/32 trust'
-if ! grep -qxF "$replication_rule" "$main_hba"; then
-    say "allowing replication connections from 127.0.0.1 on the main cluster (reload)"
-    printf '%s\n' "$replication_rule" >>"$main_hba"
-    psql_at "$PG_MAIN_PORT" 'SELECT pg_reload_conf()' >/dev/null
+if ! grep -qxF "$replication_rule" "$primary_hba"; then
+    say "allowing replication connections from 127.0.0.1 on $PG_VERSION/primary (reload)"
+    printf '%s\n' "$replication_rule" >>"$primary_hba"
+    psql_at "$PG_PRIMARY_PORT" 'SELECT pg_reload_conf()' >/dev/null
 fi
 replica_dir=/var/lib/postgresql/$PG_VERSION/replica
+# a replica made by an earlier version of this script streams from the main cluster: redo it
+if [ -f "$replica_dir/postgresql.auto.conf" ] &&
+    ! grep -q "port=$PG_PRIMARY_PORT" "$replica_dir/postgresql.auto.conf"; then
+    say "the replica $PG_VERSION/replica streams from another cluster; recreating it"
+    pg_dropcluster --stop "$PG_VERSION" replica
+fi
 if ! pg_in_recovery "$PG_REPLICA_PORT"; then
     if [ -f "$replica_dir/standby.signal" ]; then
         say "starting the replica $PG_VERSION/replica"
@@ -197,22 +216,22 @@ if ! pg_in_recovery "$PG_REPLICA_PORT"; then
         trust_local_tcp replica
         find "$replica_dir" -mindepth 1 -delete
         # -R writes primary_conninfo and standby.signal; -X stream copies the WAL meanwhile.
-        # --checkpoint=fast: do not wait for the main cluster's next scheduled checkpoint.
-        runuser -u postgres -- pg_basebackup -h 127.0.0.1 -p "$PG_MAIN_PORT" -U postgres \
+        # --checkpoint=fast: do not wait for the primary's next scheduled checkpoint.
+        runuser -u postgres -- pg_basebackup -h 127.0.0.1 -p "$PG_PRIMARY_PORT" -U postgres \
             -D "$replica_dir" -R -X stream --checkpoint=fast --no-sync
         pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" replica start
     fi
 fi
 wait_for "PostgreSQL replica on $PG_REPLICA_PORT" pg_in_recovery "$PG_REPLICA_PORT"
-# Proof that it streams: a row written on the main cluster shows up on the replica.
+# Proof that it streams: a row written on the primary shows up on the replica.
 token="servers.sh $(date +%s.%N) $$"
-psql_at "$PG_MAIN_PORT" "CREATE TABLE IF NOT EXISTS snowshard_replica_probe (token text PRIMARY KEY)"
-psql_at "$PG_MAIN_PORT" "INSERT INTO snowshard_replica_probe VALUES ('$token')"
+psql_at "$PG_PRIMARY_PORT" "CREATE TABLE IF NOT EXISTS snowshard_replica_probe (token text PRIMARY KEY)"
+psql_at "$PG_PRIMARY_PORT" "INSERT INTO snowshard_replica_probe VALUES ('$token')"
 replica_has_token() {
     [ "$(psql_at "$PG_REPLICA_PORT" "SELECT count(*) FROM snowshard_replica_probe WHERE token = '$token'" 2>/dev/null)" = 1 ]
 }
-wait_for "a row written on $PG_MAIN_PORT to reach the replica on $PG_REPLICA_PORT" replica_has_token
-psql_at "$PG_MAIN_PORT" "DELETE FROM snowshard_replica_probe WHERE token = '$token'"
+wait_for "a row written on $PG_PRIMARY_PORT to reach the replica on $PG_REPLICA_PORT" replica_has_token
+psql_at "$PG_PRIMARY_PORT" "DELETE FROM snowshard_replica_probe WHERE token = '$token'"
 
 # ------------------------------------------------------------------ wait for MariaDB
 for pid in "${mariadb_jobs[@]}"; do
@@ -251,8 +270,9 @@ mariadb_replica_has_token() {
 wait_for "a row written on $MARIADB_PRIMARY_PORT to reach the replica on $MARIADB_REPLICA_PORT" mariadb_replica_has_token
 mariadb_at "$MARIADB_PRIMARY_PORT" -e "DELETE FROM test.snowshard_replica_probe WHERE token = '$token'"
 
-say "ready: PostgreSQL $PG_SECOND_PORT, replica $PG_REPLICA_PORT (of $PG_MAIN_PORT), MariaDB $MARIADB2_PORT, MariaDB replica $MARIADB_REPLICA_PORT (of $MARIADB_PRIMARY_PORT)"
+say "ready: PostgreSQL $PG_SECOND_PORT and $PG_PRIMARY_PORT, replica $PG_REPLICA_PORT (of $PG_PRIMARY_PORT), MariaDB $MARIADB2_PORT, MariaDB replica $MARIADB_REPLICA_PORT (of $MARIADB_PRIMARY_PORT)"
 echo "SNOWSHARD_TEST_POSTGRES2_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_SECOND_PORT/postgres"
+echo "SNOWSHARD_TEST_POSTGRES_PRIMARY_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_PRIMARY_PORT/postgres"
 echo "SNOWSHARD_TEST_POSTGRES_REPLICA_URL=postgresql+psycopg://postgres@127.0.0.1:$PG_REPLICA_PORT/postgres"
 echo "SNOWSHARD_TEST_MYSQL2_URL=mysql+pymysql://root@127.0.0.1:$MARIADB2_PORT/test"
 echo "SNOWSHARD_TEST_MYSQL_PRIMARY_URL=mysql+pymysql://root@127.0.0.1:$MARIADB_PRIMARY_PORT/test"

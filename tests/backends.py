@@ -8,6 +8,7 @@ Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
 
        SNOWSHARD_TEST_POSTGRES_URL          postgresql+psycopg://postgres@127.0.0.1:5432/postgres
        SNOWSHARD_TEST_POSTGRES2_URL         postgresql+psycopg://postgres@127.0.0.1:5433/postgres
+       SNOWSHARD_TEST_POSTGRES_PRIMARY_URL  postgresql+psycopg://postgres@127.0.0.1:5435/postgres
        SNOWSHARD_TEST_POSTGRES_REPLICA_URL  postgresql+psycopg://postgres@127.0.0.1:5434/postgres
        SNOWSHARD_TEST_MYSQL_URL             mysql+pymysql://root@127.0.0.1:3306/test
        SNOWSHARD_TEST_MYSQL2_URL            mysql+pymysql://root@127.0.0.1:3307/test
@@ -18,10 +19,12 @@ Where the servers come from, per backend (PostgreSQL, MySQL/MariaDB, Redis):
    ``POSTGRES2`` and ``MYSQL2`` are second servers of each kind (``.ci/servers.sh`` starts
    them in CI; ``docker-compose.yml`` describes them); when one is unset, its fixture falls
    back to the first server of its kind, so the multi-database tests still run, on one
-   server. ``POSTGRES_REPLICA`` is a streaming replica (hot standby) of the first PostgreSQL
-   server; it has no fallback: tests that need it skip without it. ``MYSQL_PRIMARY`` and
-   ``MYSQL_REPLICA`` are a MariaDB primary (binary log on) and its replica, a pair of their
-   own (the main MariaDB keeps no binary log); no fallback either.
+   server. ``POSTGRES_PRIMARY`` and ``POSTGRES_REPLICA`` are a PostgreSQL primary and its
+   streaming replica (hot standby), a pair of their own (a replica of the first server
+   replayed every test database's creation); no fallback: tests that need them skip
+   without them. ``MYSQL_PRIMARY`` and ``MYSQL_REPLICA`` are a MariaDB primary (binary log
+   on) and its replica, a pair of their own (the main MariaDB keeps no binary log); no
+   fallback either.
 
    A URL that is set but does not answer is reported (skip, or fail, see below); it never
    silently falls back to a container.
@@ -109,6 +112,7 @@ DB_NAME_PREFIX = "snowshard_t_"
 REQUIRE_ENV = "SNOWSHARD_REQUIRE_BACKENDS"
 POSTGRES2_ENV = "SNOWSHARD_TEST_POSTGRES2_URL"
 MYSQL2_ENV = "SNOWSHARD_TEST_MYSQL2_URL"
+POSTGRES_PRIMARY_ENV = "SNOWSHARD_TEST_POSTGRES_PRIMARY_URL"
 POSTGRES_REPLICA_ENV = "SNOWSHARD_TEST_POSTGRES_REPLICA_URL"
 MYSQL_PRIMARY_ENV = "SNOWSHARD_TEST_MYSQL_PRIMARY_URL"
 MYSQL_REPLICA_ENV = "SNOWSHARD_TEST_MYSQL_REPLICA_URL"
@@ -466,12 +470,21 @@ def postgres2_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
+def postgres_primary_url() -> str:
+    """The PostgreSQL server :func:`postgres_replica_url` streams from
+    ($SNOWSHARD_TEST_POSTGRES_PRIMARY_URL; .ci/servers.sh: 5435, written to by the replica
+    tests only, so the replica replays little). Skips when unset - fails under
+    SNOWSHARD_REQUIRE_BACKENDS=1."""
+    return _required_server("postgresql", POSTGRES_PRIMARY_ENV, "the replica's primary")
+
+
+@pytest.fixture(scope="session")
 def postgres_replica_url() -> str:
-    """A streaming replica of the first PostgreSQL server ($SNOWSHARD_TEST_POSTGRES_REPLICA_URL).
+    """A streaming replica of :func:`postgres_primary_url` ($SNOWSHARD_TEST_POSTGRES_REPLICA_URL).
 
     Read-only (hot standby). Skips when unset - fails under SNOWSHARD_REQUIRE_BACKENDS=1.
     """
-    url = env_server_url("postgresql", POSTGRES_REPLICA_ENV, "the replica of the first server")
+    url = env_server_url("postgresql", POSTGRES_REPLICA_ENV, "the replica")
     if url is None:
         backend_unavailable(f"postgresql: ${POSTGRES_REPLICA_ENV} (a replica) is not set")
     return url

@@ -22,10 +22,10 @@ def sqlite_world(database_factory: DatabaseFactory) -> ReshardWorld:
 
 
 @pytest.fixture
-def streaming(database_factory: DatabaseFactory, postgres_url: str, postgres_replica_url: str) -> tuple[ReshardWorld, sa.Engine]:
-    """The old layout in a database on the first PostgreSQL server, and the engine of its
+def streaming(database_factory: DatabaseFactory, postgres_primary_url: str, postgres_replica_url: str) -> tuple[ReshardWorld, sa.Engine]:
+    """The old layout in a database on the replica's primary, and the engine of its
     copy on the streaming replica (once the replica has the rows)."""
-    return replicated_world(database_factory, "postgresql", postgres_url, postgres_replica_url)
+    return replicated_world(database_factory, "postgresql", postgres_primary_url, postgres_replica_url)
 
 
 def _replay(replica: sa.Engine, action: str) -> None:

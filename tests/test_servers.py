@@ -99,22 +99,23 @@ def test_second_mariadb_server_keeps_a_prepared_xa_branch(mysql2_url: str) -> No
     assert xid.encode() in prepared
 
 
-def test_replica_is_a_standby_of_the_first_postgres_server(
-    postgres_url: str, postgres_replica_url: str
+def test_replica_is_a_standby_of_its_primary(
+    postgres_primary_url: str, postgres_replica_url: str
 ) -> None:
     """The replica is in recovery, the primary is not, and both hold the same cluster."""
     assert _in_recovery(postgres_replica_url)
-    assert not _in_recovery(postgres_url)
-    primary, replica = _server_identity(postgres_url), _server_identity(postgres_replica_url)
+    assert not _in_recovery(postgres_primary_url)
+    primary = _server_identity(postgres_primary_url)
+    replica = _server_identity(postgres_replica_url)
     assert primary[0] != replica[0]
     assert primary[1] == replica[1]  # a base backup keeps the system identifier
 
 
 def test_replica_receives_a_row_committed_on_the_primary(
-    database_factory: DatabaseFactory, postgres_url: str, postgres_replica_url: str
+    database_factory: DatabaseFactory, postgres_primary_url: str, postgres_replica_url: str
 ) -> None:
-    """A row committed on the first server shows up on the replica."""
-    url = database_factory("postgresql", server_url=postgres_url)[0]
+    """A row committed on the primary shows up on the replica."""
+    url = database_factory("postgresql", server_url=postgres_primary_url)[0]
     token = f"row-{time.time_ns()}"
     primary = database_factory.engine(url)
     with primary.begin() as conn:
@@ -158,7 +159,7 @@ def test_compose_file_describes_every_server_the_suite_reads() -> None:
     """docker-compose.yml exports each URL the fixtures read and publishes each one's port."""
     compose = (Path(__file__).parent.parent / "docker-compose.yml").read_text()
     fixtures = _urls(tests.backends.__doc__ or "")
-    assert len(fixtures) == 8
+    assert len(fixtures) == 9
     assert _urls(compose) == fixtures
     for url in fixtures.values():
         assert f'"127.0.0.1:{make_url(url).port}:' in compose, url

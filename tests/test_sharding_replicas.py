@@ -528,13 +528,14 @@ class Streaming:
 def streaming_database(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
-    postgres_url: str,
+    postgres_primary_url: str,
     postgres_replica_url: str,
 ) -> Iterator[Streaming]:
-    """A database with the shop's tables on 5432, once the replica has them too."""
+    """A database with the shop's tables on the replica's primary, once the replica has
+    them too."""
     factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("streaming"))
     try:
-        (url,) = factory("postgresql", server_url=postgres_url)
+        (url,) = factory("postgresql", server_url=postgres_primary_url)
         primary = factory.engine(url)
         create_all(SHOP.metadata, bind=primary, databases={"a": primary, "b": primary})
         copy_url = make_url(postgres_replica_url).set(database=make_url(url).database)
