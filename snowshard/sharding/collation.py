@@ -183,12 +183,28 @@ def _exact(collation: str | None, type_: Any, dialect: str, need: str) -> bool:
     return compares_like_python(collation, dialect, need) and not _padded(type_, dialect)
 
 
+def _comparison(collation: str | None, type_: Any, dialect: str, need: str) -> str:
+    """How the database compares these strings, for a refusal's message."""
+    if _padded(type_, dialect) and compares_like_python(collation, dialect, need):
+        return "fixed-length CHAR rules (trailing spaces ignored; use String)"
+    if collation is not None:
+        return f"the collation {collation!r}"
+    return "the database's default collation, which snowshard cannot see before the query runs"
+
+
 def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
     """Refuse merging ``element`` in Python when its strings compare otherwise there.
 
     ``what`` names the merge step for the message (``"ORDER BY"``, ``"GROUP BY"``...).
     """
-    is_string, collation, type_ = collation_of(element, dialect)
+    _check(element, collation_of(element, dialect), dialect, need, what)
+
+
+def _check(
+    element: Any, found: tuple[bool | None, str | None, Any], dialect: str, need: str, what: str
+) -> None:
+    """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``."""
+    is_string, collation, type_ = found
     if is_string is None:
         if dialect == "sqlite":
             return  # SQLite compares any text by BINARY
@@ -210,13 +226,7 @@ def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
         )
     if _exact(collation, type_, dialect, need):
         return
-    where = (
-        "fixed-length CHAR rules (trailing spaces ignored; use String)"
-        if _padded(type_, dialect) and compares_like_python(collation, dialect, need)
-        else f"the collation {collation!r}" if collation is not None
-        else "the database's default collation, which snowshard cannot see before the "
-        "query runs"
-    )  # fmt: skip
+    where = _comparison(collation, type_, dialect, need)
     verb = "orders" if need == ORDERING else "matches"
     weighable = " (on MariaDB, ORDER BY and GROUP BY of a String(n) merge by WEIGHT_STRING)"
     raise UnsupportedShardQuery(
@@ -236,7 +246,8 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     string, equal for strings it calls equal; otherwise refused as :func:`check_strings`
     refuses."""
     plain = bare(element)
-    is_string, collation, type_ = collation_of(plain, dialect)
+    found = collation_of(plain, dialect)
+    is_string, collation, type_ = found
     length = getattr(type_, "length", None)
     if (
         is_string
@@ -247,7 +258,7 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
         and not _exact(collation, type_, dialect, need)
     ):
         return PaddedWeight(plain, length)
-    check_strings(plain, dialect, need, what)
+    _check(plain, found, dialect, need, what)
     return None
 
 
@@ -274,11 +285,7 @@ def check_string_keys(model: Any, dialect: str) -> None:
         is_string, collation, type_ = collation_of(column, dialect)
         if not is_string or _exact(collation, type_, dialect, EQUALITY):
             continue
-        where = (
-            "fixed-length CHAR rules" if _padded(type_, dialect)
-            else "its default collation" if collation is None
-            else f"the collation {collation!r}"
-        )  # fmt: skip
+        where = _comparison(collation, type_, dialect, EQUALITY)
         raise UnsupportedShardQuery(
             f"{model.name}.{key} is a string shard key: a row lives in the table its exact "
             f"value names, but {dialect} matches strings by {where}, which may call "
