@@ -239,3 +239,67 @@ def test_a_refresh_is_never_routed_even_inside_a_database_hint(spread: World) ->
             assert (user.name, order.user_id) == ("u3", 3)
         session.expire_all()
         assert (user.name, order.amount) == ("u3", 30)
+
+
+def _hook_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The statements the session's ``do_orm_execute`` routing hook is called for."""
+    from snowshard.sharding import session as session_module
+
+    seen: list[Any] = []
+    route = session_module.route_execute
+
+    def counting(state: Any) -> Any:
+        seen.append(state.statement)
+        return route(state)
+
+    monkeypatch.setattr(session_module, "route_execute", counting)
+    return seen
+
+
+def test_a_keyed_read_of_a_known_shape_skips_the_orm_hook(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a shape's plan is known, keyed reads of it are routed before the hook runs."""
+    with world.session() as session:
+        assert _amounts(session, 3) == [30, 31]  # the shape's plan, through the hook
+        seen = _hook_calls(monkeypatch)
+        found = [_amounts(session, u) for u in (1, 2, 5)]
+    assert (found, seen) == ([[10, 11], [20, 21], [50, 51]], [])
+
+
+def test_get_by_id_skips_the_orm_hook(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``get`` loads its one physical class without passing through the routing hook."""
+    with world.session() as session:
+        ids = [o.id for o in session.scalars(select(SHOP.Order).order_by(SHOP.Order.amount))]
+    seen = _hook_calls(monkeypatch)
+    with world.session() as session:
+        amounts = [session.get(SHOP.Order, i).amount for i in ids[:4]]  # type: ignore[union-attr]
+    assert (amounts, seen) == ([0, 1, 10, 11], [])
+
+
+def test_another_orm_hook_still_sees_every_logical_statement(world: World) -> None:
+    """A do_orm_execute listener of the user's sees every keyed read, as routed by the
+    session's own hook (which runs first), a known shape included."""
+    seen: list[str] = []
+    with world.session() as session:
+        event.listen(
+            session,
+            "do_orm_execute",
+            lambda state: seen.extend(t.name for t in state.statement.get_final_froms()),
+        )
+        found = [_amounts(session, u) for u in (1, 2, 1)]
+    routed = ["orders_01", "orders_02", "orders_01"]
+    assert (found, seen) == ([[10, 11], [20, 21], [10, 11]], routed)
+
+
+def test_a_repeated_fan_out_in_one_database_is_capped_each_time(world: World) -> None:
+    """max_fanout sees the plan of a known shape too: a keyless read fails every time."""
+    from snowshard.sharding import FanOutExceeded
+    from snowshard.testing import max_fanout
+
+    query = select(SHOP.Order.amount).order_by(SHOP.Order.amount).limit(1)
+    with world.session() as session:
+        assert list(session.scalars(query)) == [0]
+        for _ in range(2):
+            with pytest.raises(FanOutExceeded), max_fanout(session, tables=1):
+                session.scalars(query).all()

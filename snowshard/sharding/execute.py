@@ -41,6 +41,8 @@ from snowshard._compat import (
     invoke_statement,
     later_orm_hooks,
     limit_offset_of,
+    plugin_subject_of,
+    session_execution_options,
 )
 from snowshard.sharding.analysis import (
     check_aliases,
@@ -92,6 +94,7 @@ __all__ = [
     "plan_select",
     "plan_statement",
     "route_execute",
+    "route_first",
     "watch_plans",
 ]
 
@@ -460,6 +463,63 @@ def _unsharded(state: ORMExecuteState, hint: Hint | None) -> Result[Any] | None:
         with writing_to(session, hint.database):
             return state.invoke_statement(bind_arguments={BIND_KEY: hint.database})
     return None
+
+
+def route_first(
+    session: Any,
+    statement: Any,
+    params: Any,
+    execution_options: Mapping[str, Any],
+    bind_arguments: dict[str, Any] | None,
+) -> tuple[Any, Any, dict[str, Any]] | None:
+    """A SELECT resolved before any ``do_orm_execute`` hook: ``(statement, params,
+    bind_arguments)`` to run as they are, or None for :func:`route_execute` to handle.
+
+    The commonest reads, decided as the hook would decide them: a cached plan of one
+    physical statement (a keyed read), ``ShardedSession.get``'s load of one physical
+    class, and a SELECT naming no sharded model. Anything the hook would do more with
+    (hints, replicas, a first statement of its shape, a merge, another hook) is left to
+    it. The caller (:class:`~snowshard._compat.RoutingSession`) then runs the statement
+    without hooks, sparing SQLAlchemy's second pass over it.
+    """
+    if not getattr(statement, "is_select", False) or isinstance(params, list):
+        return None
+    if session.replica_router is not None:
+        return None
+    own = statement.get_execution_options()
+    defaults = session_execution_options(session)
+    if own or defaults:
+        options: Mapping[str, Any] = {**defaults, **own, **execution_options}
+    else:
+        options = execution_options
+    direct = options.get(DIRECT_MAPPER)
+    if direct is not None:
+        subject = plugin_subject_of(statement)
+        if subject is not None and subject.mapper is direct and not has_options(statement):
+            return statement, params, bind_arguments or {}
+        return None
+    if hint_of(session, options) is not None:
+        return None
+    models, lookup = shape_models(statement, _models)
+    if not models:
+        return statement, params, bind_arguments or {}
+    shape = lookup.shape
+    if shape is None or shape.column_load is not False:
+        return None  # first of its shape, or a refresh: the hook decides and remembers
+    given = params or {}
+    plan, values = cached_plan(
+        session, statement, given, None, models,
+        lambda: plan_statement(session, statement, given, None, models),
+        lookup,
+    )  # fmt: skip
+    if plan.merge is not None or len(plan.steps) != 1:
+        return None
+    for watcher in _watchers.get():
+        watcher(session, plan)
+    (step,) = plan.steps
+    if values:
+        params = {**values, **params} if params else values
+    return step.statement, params, {**(bind_arguments or {}), BIND_KEY: step.database}
 
 
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:

@@ -39,17 +39,18 @@ from typing import Any
 from sqlalchemy import Engine, Table, event, inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
-from sqlalchemy.orm import Mapper, ORMExecuteState, Session
+from sqlalchemy.orm import Mapper, ORMExecuteState
 from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.sql.visitors import iterate
 
+from snowshard._compat import RoutingSession, only_orm_hook
 from snowshard.sharding import driver_errors
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase
-from snowshard.sharding.execute import DIRECT_MAPPER, route_execute
+from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
 from snowshard.sharding.flush import check_flush
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
@@ -86,7 +87,7 @@ def _sync(bind: _AnyBind) -> _Bind:
     return sync
 
 
-class ShardedSession(Session):
+class ShardedSession(RoutingSession):
     """A :class:`~sqlalchemy.orm.Session` that routes sharded models (module docstring).
 
     :param bind: engine of unsharded models and of sharded tables in the default
@@ -148,6 +149,19 @@ class ShardedSession(Session):
         self._database_keys = driver_errors.database_keys(
             primaries, config.engines if config is not None else {}
         )
+
+    def route_first(
+        self,
+        statement: Any,
+        params: Any,
+        execution_options: Any,
+        bind_arguments: dict[str, Any] | None,
+    ) -> tuple[Any, Any, dict[str, Any]] | None:
+        """A read resolved before the ``do_orm_execute`` hooks (:func:`~.execute.route_first`),
+        when this session's own hook is its only one."""
+        if not only_orm_hook(self):
+            return None
+        return route_first(self, statement, params, execution_options, bind_arguments)
 
     def connection(
         self,
