@@ -19,7 +19,10 @@
   physical class (and identity map) the ID names;
 * two session events, registered on the class: ``before_flush`` checks every new or
   changed sharded row (:mod:`~snowshard.sharding.flush`), and ``do_orm_execute`` routes
-  statements naming a logical model (:mod:`~snowshard.sharding.execute`);
+  statements naming a logical model (:mod:`~snowshard.sharding.execute`); reads it would
+  only hand back as one physical statement (a known keyed read, ``get``) are resolved
+  before SQLAlchemy runs the hooks and run without them (:meth:`route_first`), unless the
+  session has listeners of its own;
 * with ``replicas={key: [engine, ...]}``, reads of a database the transaction has not
   written to go to one of its replicas (:mod:`~snowshard.sharding.replicas`): ``get_bind``
   returns the replica's engine, and ``connection()`` with a SELECT ``clause`` its connection.
