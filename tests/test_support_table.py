@@ -136,7 +136,8 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
         Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("NOCASE")), backends=("sqlite",)),
         Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu")), backends=("postgresql",)),
-        Example("refused", lambda w: select(func.max(w.Order.status.collate("utf8mb4_general_ci"))), backends=("mysql",)),
+        Example("merged", lambda w: select(func.min(w.Order.status.collate("utf8mb4_general_ci")), func.max(w.Order.status.collate("utf8mb4_general_ci"))), backends=("mysql",)),
+        Example("refused", lambda w: select(func.max(w.Order.status.collate("en-x-icu"))), backends=("postgresql",)),
         Example(
             "merged",
             lambda w: select(w.Order.id).order_by(w.Order.status.collate("utf8mb4_general_ci").desc(), w.Order.id),

@@ -31,9 +31,12 @@ unless the collation is known, from the statement alone, to agree with Python:
   no typed argument at all it is refused on PostgreSQL and MariaDB (give it ``type_=``);
 * MariaDB and MySQL can say how a collation compares a string: ``WEIGHT_STRING(x AS
   CHAR(n))`` is bytes that sort and match as ``x`` does, trailing spaces included. There a
-  merged ORDER BY of a ``String(n)`` under any other collation sorts by it, and its GROUP BY
-  keys group by it (:func:`weight_of`): exact, not refused (MIN/MAX, DISTINCT and
-  comparisons of such strings still are).
+  merged ORDER BY of a ``String(n)`` under any other collation sorts by it, its GROUP BY
+  keys group by it (:func:`weight_of`), and MIN/MAX pick the source whose value weighs
+  least or most (:func:`extreme_weight`): exact, not refused (DISTINCT and comparisons of
+  such strings still are). Where the collation calls two spellings equal (``apple`` and
+  ``APPLE``, ``b`` and ``b ``), which one a group or MIN/MAX shows is the database's own
+  choice, in one table as across shards.
 
 A string shard key is routed by its exact value, so ``key == 'ACME'`` reads the shard of
 ``'ACME'``; where the database calls ``'acme'`` equal to it, one table would return that row
@@ -70,6 +73,7 @@ __all__ = [
     "check_strings",
     "collation_of",
     "compares_like_python",
+    "extreme_weight",
     "sort_value",
     "weight_of",
 ]
@@ -228,7 +232,9 @@ def _check(
         return
     where = _comparison(collation, type_, dialect, need)
     verb = "orders" if need == ORDERING else "matches"
-    weighable = " (on MariaDB, ORDER BY and GROUP BY of a String(n) merge by WEIGHT_STRING)"
+    weighable = (
+        " (on MariaDB, ORDER BY, GROUP BY and MIN/MAX of a String(n) merge by WEIGHT_STRING)"
+    )
     raise UnsupportedShardQuery(
         f"{what} {describe(element)} across shards: the merge {verb} strings as Python "
         f"does (by code point, equal only when identical), but {dialect} compares them by "
@@ -260,6 +266,18 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
         return PaddedWeight(plain, length)
     _check(plain, found, dialect, need, what)
     return None
+
+
+def extreme_weight(aggregate: Any, dialect: str) -> Any:
+    """What each source sends beside ``MIN(x)``/``MAX(x)`` for a merge to pick the least or
+    greatest of their values: None where Python orders ``x`` as the database does (or it
+    is no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, the
+    :class:`~snowshard._compat.PaddedWeight` of the aggregate's value; otherwise refused
+    as :func:`check_strings` refuses."""
+    what = str(aggregate.name).upper()
+    weights = [weight_of(argument, dialect, ORDERING, what) for argument in aggregate.clauses]
+    found = next((w for w in weights if w is not None), None)
+    return None if found is None else PaddedWeight(bare(aggregate), found.length)
 
 
 def sort_value(element: Any, dialect: str) -> Any:

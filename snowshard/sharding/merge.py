@@ -17,9 +17,9 @@ ORDER BY values are compared in Python: NULLs sort as the database's dialect doe
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
 ``nulls_last()`` says otherwise; strings compare by code point, so a merge that orders,
 groups or matches strings is refused unless their collation compares them that way too,
-or, for ORDER BY and GROUP BY on MariaDB and MySQL, the sources send the strings' weights
-to sort and group by (:mod:`~snowshard.sharding.collation`). Division and CAST over
-aggregates are computed as the session's database computes them
+or, for ORDER BY, GROUP BY and MIN/MAX on MariaDB and MySQL, the sources send the
+strings' weights to sort, group and pick by (:mod:`~snowshard.sharding.collation`).
+Division and CAST over aggregates are computed as the session's database computes them
 (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
 (``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
@@ -61,6 +61,7 @@ from snowshard.sharding.collation import (
     ORDERING,
     check_strings,
     collation_of,
+    extreme_weight,
     sort_value,
     weight_of,
 )
@@ -209,6 +210,9 @@ class MergePlan:
         self.order: list[tuple[Any, bool, bool]] = []
         self.grouping: list[int] = []
         """Helpers whose values make a group: each GROUP BY key, or its WEIGHT_STRING()."""
+        self.extremes: dict[int, int] = {}
+        """MIN/MAX helper -> the WEIGHT_STRING() helper of its value (strings whose
+        collation Python does not reproduce: the merge picks by weight)."""
         helpers: list[ColumnElement[Any]]
         if self.grouped:
             self._plan_groups(statement, columns, order, having)
@@ -307,6 +311,10 @@ class MergePlan:
             if found is not None and found in weights:  # a key grouped by weight sorts by it
                 self.order.append((itemgetter(weights[found]), descending, nulls_first))
                 continue
+            extreme = self._extreme(_unwrap(expr))
+            if extreme is not None:  # so does MIN/MAX of such a string
+                self.order.append((itemgetter(extreme), descending, nulls_first))
+                continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             if index is not None:
                 self.order.append((_output(index), descending, nulls_first))
@@ -314,13 +322,30 @@ class MergePlan:
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))
         computed = [c for c, kept in zip(columns, self.direct) if not kept]
         _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
-        for helper, kind in zip(atoms.helpers, atoms.kinds):
-            if kind in ("min", "max"):
-                for argument in helper.clauses:
-                    check_strings(argument, self.dialect, ORDERING, kind.upper())
+        for helper in list(atoms.helpers):
+            self._extreme(helper)  # each MIN/MAX: exact, weighed or refused
         if self.distinct:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
+
+    def _extreme(self, element: Any) -> int | None:
+        """For ``MIN(x)``/``MAX(x)`` of a string that the merge picks by weight
+        (:func:`~.collation.extreme_weight`): the helper of that weight, pushed down beside
+        the aggregate's. None for other expressions and for values Python compares as the
+        database does."""
+        if not isinstance(element, FunctionElement) or str(element.name).lower() not in (
+            "min",
+            "max",
+        ):
+            return None
+        weight = extreme_weight(element, self.dialect)
+        if weight is None:
+            return None
+        index = self.atoms.aggregate(element)
+        found = self.extremes.get(index)
+        if found is None:
+            found = self.extremes[index] = self.atoms.add_weight(weight)
+        return found
 
     def _merge_groups(
         self, rows: Iterable[Sequence[Any]], processors: Sequence[Any] = ()
@@ -341,6 +366,13 @@ class MergePlan:
                     values[index] = _combine("sum", column)
                 else:
                     values[index] = _combine("count" if kind == "avg_count" else kind, column)
+            for index, weight in self.extremes.items():
+                weighed = [r for r in members if r[base + weight] is not None]
+                if weighed:
+                    pick = min if atoms.kinds[index] == "min" else max
+                    chosen = pick(weighed, key=itemgetter(base + weight))
+                    values[index] = chosen[base + index]
+                    values[weight] = chosen[base + weight]
             for total, count, average in atoms.averages:
                 partial = [r[base + average] for r in members]
                 values[average] = _average(values[total], values[count], partial)
