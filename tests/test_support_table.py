@@ -151,6 +151,11 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
         Example(
             "merged",
+            lambda w: select(w.Order.status.collate("utf8mb4_general_ci")).distinct(),
+            backends=("mysql",),
+        ),
+        Example(
+            "merged",
             lambda w: select(w.Order.status.collate("utf8mb4_general_ci"), func.count())
             .group_by(w.Order.status.collate("utf8mb4_general_ci"))
             .order_by(w.Order.status.collate("utf8mb4_general_ci")),

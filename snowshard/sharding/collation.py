@@ -32,9 +32,10 @@ unless the collation is known, from the statement alone, to agree with Python:
 * MariaDB and MySQL can say how a collation compares a string: ``WEIGHT_STRING(x AS
   CHAR(n))`` is bytes that sort and match as ``x`` does, trailing spaces included. There a
   merged ORDER BY of a ``String(n)`` under any other collation sorts by it, its GROUP BY
-  keys group by it (:func:`weight_of`), and MIN/MAX pick the source whose value weighs
-  least or most (:func:`extreme_weight`): exact, not refused (DISTINCT and comparisons of
-  such strings still are). Where the collation calls two spellings equal (``apple`` and
+  keys group by it (:func:`weight_of`), so do the selected columns of a DISTINCT, and
+  MIN/MAX pick the source whose value weighs least or most (:func:`extreme_weight`):
+  exact, not refused (comparisons of such strings, and DISTINCT over whole entities or
+  grouped rows, still are). Where the collation calls two spellings equal (``apple`` and
   ``APPLE``, ``b`` and ``b ``), which one a group or MIN/MAX shows is the database's own
   choice, in one table as across shards.
 
@@ -233,7 +234,8 @@ def _check(
     where = _comparison(collation, type_, dialect, need)
     verb = "orders" if need == ORDERING else "matches"
     weighable = (
-        " (on MariaDB, ORDER BY, GROUP BY and MIN/MAX of a String(n) merge by WEIGHT_STRING)"
+        " (on MariaDB, ORDER BY, GROUP BY, MIN/MAX and DISTINCT of a String(n) merge by"
+        " WEIGHT_STRING)"
     )
     raise UnsupportedShardQuery(
         f"{what} {describe(element)} across shards: the merge {verb} strings as Python "

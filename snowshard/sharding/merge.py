@@ -17,8 +17,8 @@ ORDER BY values are compared in Python: NULLs sort as the database's dialect doe
 in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_first()`` /
 ``nulls_last()`` says otherwise; strings compare by code point, so a merge that orders,
 groups or matches strings is refused unless their collation compares them that way too,
-or, for ORDER BY, GROUP BY and MIN/MAX on MariaDB and MySQL, the sources send the
-strings' weights to sort, group and pick by (:mod:`~snowshard.sharding.collation`).
+or, for ORDER BY, GROUP BY, MIN/MAX and DISTINCT on MariaDB and MySQL, the sources send
+the strings' weights to sort, group, pick and match by (:mod:`~snowshard.sharding.collation`).
 Division and CAST over aggregates are computed as the session's database computes them
 (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
 (``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
@@ -214,6 +214,8 @@ class MergePlan:
         """MIN/MAX helper -> the WEIGHT_STRING() helper of its value (strings whose
         collation Python does not reproduce: the merge picks by weight)."""
         helpers: list[ColumnElement[Any]]
+        distinct_weights: dict[int, int] = {}
+        """Selected column -> the helper of its WEIGHT_STRING(), which DISTINCT matches by."""
         if self.grouped:
             self._plan_groups(statement, columns, order, having)
             helpers = self.atoms.helpers
@@ -235,8 +237,14 @@ class MergePlan:
                 self.order.append((len(helpers), descending, nulls_first))
                 helpers.append(sort_value(expr, dialect))
             if self.distinct and not _unique_rows(columns):
-                for column in columns:
-                    check_strings(column, dialect, EQUALITY, "DISTINCT")
+                for index, column in enumerate(columns):
+                    if self.width != len(columns):  # entities: their columns as they are
+                        check_strings(column, dialect, EQUALITY, "DISTINCT")
+                        continue
+                    weight = weight_of(column, dialect, EQUALITY, "DISTINCT")
+                    if weight is not None:
+                        distinct_weights[index] = len(helpers)
+                        helpers.append(weight)
             source = statement.offset(None)
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
@@ -244,6 +252,12 @@ class MergePlan:
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
+        self.unique = [
+            distinct_weights[i] - self.helpers if i in distinct_weights else i
+            for i in range(self.width)
+        ]
+        """Where DISTINCT reads each selected column's identity in a merged row: the column,
+        or (negative: from the row's end) the WEIGHT_STRING() helper it matches by."""
         self.source = source.add_columns(*labels) if labels else source
         self.types = [c.type for c in columns]
         self.processors: list[Any] | None = None
@@ -404,7 +418,7 @@ class MergePlan:
         else:
             rows = (r for part in parts for r in part)
         if self.distinct:
-            rows = _unique(rows, width)
+            rows = _unique(rows, self.unique)
         kept = list(rows)
         end = None if self.limit is None else self.offset + self.limit
         kept = kept[self.offset : end]
@@ -514,10 +528,10 @@ def _unique_rows(columns: Sequence[Any]) -> bool:
     return False
 
 
-def _unique(rows: Iterable[Sequence[Any]], width: int) -> Iterable[Sequence[Any]]:
+def _unique(rows: Iterable[Sequence[Any]], positions: Sequence[int]) -> Iterable[Sequence[Any]]:
     seen: set[tuple[Any, ...]] = set()
     for row in rows:
-        key = tuple(row[:width])
+        key = tuple(row[p] for p in positions)
         if key not in seen:
             seen.add(key)
             yield row
