@@ -26,9 +26,10 @@ Measures, each built as application code writes it (a new statement per call):
 With ``--steps``, the keyed read is also taken apart, as client CPU (``time.process_time``)
 of one layer after another: ``plain``; ``physical class`` (the user's shard table read
 through its physical mapped class, on a plain ``Session``); ``+ no-op hook`` (the same,
-with a ``do_orm_execute`` listener that does nothing); ``ShardedSession, physical`` (the
-same statement on a ``ShardedSession``: its hook runs, nothing to route); ``ShardedSession,
-routed`` (the logical model, routed to that table).
+with a ``do_orm_execute`` listener that does nothing, which SQLAlchemy pays for on every
+statement); ``ShardedSession, physical`` (the same statement on a ``ShardedSession``: it
+names no sharded model, so it runs without the hook); ``ShardedSession, routed`` (the
+logical model, routed to that table before the hook would run, its shape being known).
 
 Each round runs ``--calls`` calls of every variant in turn, each round starting with the
 next variant (so machine noise hits all of them alike); the table prints the median over
