@@ -515,8 +515,9 @@ class RoutingSession(Session):
         _parent_execute_state: Any = None,
         _add_event: Any = None,
         _scalar_result: bool = False,
+        **kw: Any,  # whatever else a later version passes, handed on
     ) -> Any:
-        if _parent_execute_state is None and _add_event is None:
+        if _parent_execute_state is None and _add_event is None and not kw:
             routed = self.route_first(statement, params, execution_options, bind_arguments)
             if routed is not None:
                 statement, params, bind_arguments = routed
@@ -529,6 +530,7 @@ class RoutingSession(Session):
             _parent_execute_state=_parent_execute_state,
             _add_event=_add_event,
             _scalar_result=_scalar_result,
+            **kw,
         )
 
 
