@@ -499,6 +499,22 @@ def test_merges_by_weight_equal_one_table_on_mariadb(
     assert spelled[0] == spelled[1]
 
 
+@pytest.mark.parametrize("words", [BACKENDS[2]], indirect=True)
+def test_explain_says_which_strings_merge_by_weight(words: Words) -> None:
+    """explain() names the MIN/MAX and DISTINCT steps that compare by WEIGHT_STRING()."""
+    from snowshard.sharding import explain
+
+    m = words.sharded
+    with words.world.session() as session:
+        extremes = explain(session, select(func.max(m.plain))).merged
+        distinct = explain(session, select(m.plain).distinct()).merged
+        exact = explain(session, select(m.binary).distinct()).merged
+    assert any("MIN/MAX" in line and "WEIGHT_STRING" in line for line in extremes)
+    assert any("DISTINCT" in line and "WEIGHT_STRING" in line for line in distinct)
+    assert any("DISTINCT" in line for line in exact)
+    assert not any("WEIGHT_STRING" in line for line in exact)
+
+
 def test_distinct_with_the_primary_key_is_not_refused(words: Words) -> None:
     """Rows that include their ID are all distinct whatever the collation: merged."""
     _same_as_twin_unordered(words, lambda m: select(m.id, m.plain).distinct())

@@ -136,6 +136,11 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
         pushed.append("GROUP BY with partial aggregates, on each source")
         kinds = sorted({k for k in merge.atoms.kinds if k})
         merged.append(f"groups merged by key in Python ({', '.join(kinds) or 'keys only'})")
+        if merge.extremes:
+            merged.append(
+                "MIN/MAX of strings: each source's value with the least/greatest "
+                "WEIGHT_STRING() (the database's collation)"
+            )
         if merge.having is not None:
             merged.append("HAVING, evaluated over the merged groups")
         if merge.order:
@@ -144,7 +149,11 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
         pushed.append("ORDER BY, on each source")
         merged.append("ORDER BY: sorted sources merged with a heap")
     if merge.distinct:
-        merged.append("DISTINCT over the merged rows")
+        weighed = any(u < 0 for u in merge.unique)
+        merged.append(
+            "DISTINCT over the merged rows"
+            + (", strings matched by WEIGHT_STRING() (the database's collation)" if weighed else "")
+        )
     if merge.limit is not None:
         if not merge.grouped:
             pushed.append(f"LIMIT {merge.offset + merge.limit} (offset + limit), on each source")
