@@ -94,20 +94,3 @@ def test_every_compat_helper_names_the_versions_that_need_it() -> None:
         doc = ast.get_docstring(node) or ""
         assert "version" in doc or "Alembic 1." in doc, node.name
 
-
-
-def test_routing_session_overrides_what_session_execute_calls() -> None:
-    """Session.execute, scalars and scalar all call _execute_internal, which takes the
-    parameters RoutingSession reads and runs only a parent state's remaining hooks."""
-    import inspect
-
-    from sqlalchemy.orm import ORMExecuteState, Session
-
-    from snowshard._compat import RoutingSession
-
-    names = set(inspect.signature(Session._execute_internal).parameters)
-    assert {"_parent_execute_state", "_add_event", "_scalar_result"} <= names
-    for method in (Session.execute, Session.scalars, Session.scalar):
-        assert "_execute_internal" in inspect.getsource(method)
-    assert callable(ORMExecuteState._remaining_events)
-    assert RoutingSession._execute_internal is not Session._execute_internal

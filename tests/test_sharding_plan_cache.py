@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, event, select
+from sqlalchemy.orm import ORMExecuteState, Session
 
+from snowshard._compat import RoutingSession
 from snowshard.sharding import ShardedSession, UnsupportedShardQuery, shard_hint
 from snowshard.sharding.plan_cache import PlanCache, plan_cache_of
 from tests.worlds import SqlLog, World, WorldFactory, declare_shop
@@ -303,3 +306,14 @@ def test_a_repeated_fan_out_in_one_database_is_capped_each_time(world: World) ->
         for _ in range(2):
             with pytest.raises(FanOutExceeded), max_fanout(session, tables=1):
                 session.scalars(query).all()
+
+
+def test_routing_session_overrides_what_session_execute_calls() -> None:
+    """Session.execute, scalars and scalar all call _execute_internal, which takes the
+    parameters RoutingSession reads and runs only a parent state's remaining hooks."""
+    names = set(inspect.signature(Session._execute_internal).parameters)
+    assert {"_parent_execute_state", "_add_event", "_scalar_result"} <= names
+    for method in (Session.execute, Session.scalars, Session.scalar):
+        assert "_execute_internal" in inspect.getsource(method)
+    assert callable(ORMExecuteState._remaining_events)
+    assert RoutingSession._execute_internal is not Session._execute_internal
