@@ -465,6 +465,25 @@ def _unsharded(state: ORMExecuteState, hint: Hint | None) -> Result[Any] | None:
     return None
 
 
+def _direct_load(options: Mapping[str, Any], mapper: Any, statement: Any) -> bool | None:
+    """Whether ``statement`` is ``ShardedSession.get``'s own SELECT of one physical class
+    (its mapper is the one the option names, and no loader options): True, run it as it
+    is; False, the option is set but the statement is another (a relationship's load);
+    None, no such option."""
+    direct = options.get(DIRECT_MAPPER)
+    if direct is None:
+        return None
+    return mapper is direct and not has_options(statement)
+
+
+def _with_values(values: Mapping[str, Any], params: Any) -> Any:
+    """The execution parameters of a cached template: this statement's bound ``values``,
+    under the caller's own ``params`` (which win, as they win over bound values)."""
+    if not values:
+        return params
+    return {**values, **params} if params else values
+
+
 def route_first(
     session: Any,
     statement: Any,
@@ -492,12 +511,10 @@ def route_first(
         options: Mapping[str, Any] = {**defaults, **own, **execution_options}
     else:
         options = execution_options
-    direct = options.get(DIRECT_MAPPER)
+    subject = plugin_subject_of(statement)
+    direct = _direct_load(options, getattr(subject, "mapper", None), statement)
     if direct is not None:
-        subject = plugin_subject_of(statement)
-        if subject is not None and subject.mapper is direct and not has_options(statement):
-            return statement, params, bind_arguments or {}
-        return None
+        return (statement, params, bind_arguments or {}) if direct else None
     if hint_of(session, options) is not None:
         return None
     models, lookup = shape_models(statement, _models)
@@ -517,17 +534,15 @@ def route_first(
     for watcher in _watchers.get():
         watcher(session, plan)
     (step,) = plan.steps
-    if values:
-        params = {**values, **params} if params else values
-    return step.statement, params, {**(bind_arguments or {}), BIND_KEY: step.database}
+    bind = {**(bind_arguments or {}), BIND_KEY: step.database}
+    return step.statement, _with_values(values, params), bind
 
 
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     options = state.execution_options  # a new merged dict each time it is read
     statement = state.statement
-    direct = options.get(DIRECT_MAPPER)
-    if direct is not None and state.bind_mapper is direct and not has_options(statement):
+    if _direct_load(options, state.bind_mapper, statement):
         return None  # ShardedSession.get's own SELECT of one physical class
     models, lookup = shape_models(statement, _models)
     if is_column_load(state, lookup):
@@ -560,7 +575,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         return run_merged(state, plan.steps, plan.merge)
     # a cached template's statements take this statement's values as parameters (the
     # caller's own parameters win, as they win over bound values)
-    given = ({**values, **params} if params else values) if values else None  # type: ignore[dict-item]
+    given = _with_values(values, params) if values else None
     if plan.merge is None and len(plan.steps) == 1:
         # one physical statement: hand it back to the session in place of the logical one
         # (SQLAlchemy runs ORMExecuteState.statement after the hooks), which spares a

@@ -149,10 +149,13 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
         pushed.append("ORDER BY, on each source")
         merged.append("ORDER BY: sorted sources merged with a heap")
     if merge.distinct:
-        weighed = any(u < 0 for u in merge.unique)
         merged.append(
             "DISTINCT over the merged rows"
-            + (", strings matched by WEIGHT_STRING() (the database's collation)" if weighed else "")
+            + (
+                ", strings matched by WEIGHT_STRING() (the database's collation)"
+                if merge.distinct_by_weight
+                else ""
+            )
         )
     if merge.limit is not None:
         if not merge.grouped:

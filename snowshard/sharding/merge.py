@@ -237,8 +237,9 @@ class MergePlan:
                 self.order.append((len(helpers), descending, nulls_first))
                 helpers.append(sort_value(expr, dialect))
             if self.distinct and not _unique_rows(columns):
+                entities = self.width != len(columns)  # their columns are matched as they are
                 for index, column in enumerate(columns):
-                    if self.width != len(columns):  # entities: their columns as they are
+                    if entities:
                         check_strings(column, dialect, EQUALITY, "DISTINCT")
                         continue
                     weight = weight_of(column, dialect, EQUALITY, "DISTINCT")
@@ -258,6 +259,8 @@ class MergePlan:
         ]
         """Where DISTINCT reads each selected column's identity in a merged row: the column,
         or (negative: from the row's end) the WEIGHT_STRING() helper it matches by."""
+        self.distinct_by_weight = bool(distinct_weights)
+        """Whether DISTINCT matches some selected strings by weight (:attr:`unique`)."""
         self.source = source.add_columns(*labels) if labels else source
         self.types = [c.type for c in columns]
         self.processors: list[Any] | None = None

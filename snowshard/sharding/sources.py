@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection, CursorResult, Result
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.util import immutabledict
 
-from snowshard._compat import orm_cursor_result, orm_pre_execute
+from snowshard._compat import orm_cursor_result, orm_pre_execute, session_execution_options
 from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.fanout import concurrency_of, run_concurrently, run_gathered
 from snowshard.sharding.merge import MergePlan
@@ -48,8 +48,7 @@ def statement_options(state: ORMExecuteState) -> Any:
     """The execution options a sub-statement gets, as ``invoke_statement`` gives them: the
     statement's own, over the session's (``Session.execute`` merges them this way)."""
     options: Any = state.local_execution_options
-    # Session(execution_options=...) is new in SQLAlchemy 2.1; older sessions have none
-    session_options = getattr(state.session, "execution_options", None)
+    session_options = session_execution_options(state.session)
     if session_options:
         own = state.statement.get_execution_options()
         base = {k: v for k, v in session_options.items() if k not in own}

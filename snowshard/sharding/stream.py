@@ -161,7 +161,7 @@ def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None)
     if plan.distinct:
         width = len(sources[0].raw.keys())
         kept = [i for i in range(width) if i not in set(positions)]
-        if any(u < 0 for u in plan.unique):  # selected columns, some matched by weight
+        if plan.distinct_by_weight:  # selected columns, some matched by weight
             kept = [positions[plan.helpers + u] if u < 0 else kept[u] for u in plan.unique]
         merged = _unique(merged, itemgetter(*kept) if len(kept) != 1 else lambda r: r[kept[0]])
     end = None if plan.limit is None else plan.offset + plan.limit
