@@ -74,7 +74,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -579,12 +579,16 @@ def list_test_databases(backend: str, server_url: str) -> list[str]:
         return [row[0] for row in conn.execute(sa.text(sql), {"p": pattern})]
 
 
-def _create_database(backend: str, server_url: str, name: str) -> str:
+def _create_database(
+    backend: str, server_url: str, name: str, icu_locale: str | None = None
+) -> str:
     if backend == "postgresql":
+        # an ICU locale: the database's default collation orders by its language rules
+        locale = "" if icu_locale is None else f" LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'"
         with _admin(server_url) as conn:
             # template0: never blocked by someone else sitting in template1.
             conn.exec_driver_sql(
-                f"CREATE DATABASE {_pg_quote(name)} TEMPLATE template0"
+                f"CREATE DATABASE {_pg_quote(name)} TEMPLATE template0{locale}"
             )
     else:
         with _admin(server_url, drop_database=True) as conn:
@@ -621,9 +625,11 @@ def _drop_database(backend: str, server_url: str, name: str) -> None:
 class DatabaseFactory:
     """Creates fresh empty databases and drops them (after disposing engines) on cleanup.
 
-    ``factory(backend, count=1, *, server_url=None) -> list[str]`` returns SQLAlchemy URLs
-    (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...). ``server_url`` overrides
-    the server (an admin URL) the databases are created on. Otherwise the databases of one
+    ``factory(backend, count=1, *, server_url=None, icu_locale=None) -> list[str]`` returns
+    SQLAlchemy URLs (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...).
+    ``server_url`` overrides the server (an admin URL) the databases are created on;
+    ``icu_locale`` (PostgreSQL: one for all, or a list the databases take in turn) makes an
+    ICU locale each database's default collation. Otherwise the databases of one
     call alternate between ``server_url(kind)`` and ``second_server_url(kind)`` (when given):
     the first, third, ... on the first server, the second, fourth, ... on the second.
     """
@@ -643,7 +649,12 @@ class DatabaseFactory:
         self._engines: list[Engine] = []
 
     def __call__(
-        self, backend: str, count: int = 1, *, server_url: str | None = None
+        self,
+        backend: str,
+        count: int = 1,
+        *,
+        server_url: str | None = None,
+        icu_locale: str | Sequence[str] | None = None,
     ) -> list[str]:
         try:
             kind = _ALIASES[backend.lower()]
@@ -668,7 +679,10 @@ class DatabaseFactory:
             server = _normalize(kind, server)
             # Record first: if CREATE half-worked, cleanup still tries the DROP.
             self._created.append((kind, server, name))
-            urls.append(_create_database(kind, server, name))
+            locale = icu_locale if icu_locale is None or isinstance(icu_locale, str) else (
+                icu_locale[index % len(icu_locale)]
+            )
+            urls.append(_create_database(kind, server, name, locale))
         return urls
 
     def _default_server(self, kind: str, index: int) -> str:

@@ -4,12 +4,13 @@ differ in case and accents (``apple``, ``APPLE``, ``Banana``, ``éclair``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, note
 from hypothesis import strategies as st
 from sqlalchemy import (
     CHAR,
@@ -19,15 +20,23 @@ from sqlalchemy import (
     String,
     column,
     func,
+    case,
     literal_column,
     select,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from snowshard.orm import snowflake_pk
-from snowshard.sharding import Sharded, Shards, UnsupportedShardQuery, sharded_model
+from snowshard.sharding import (
+    AsyncShardedSession,
+    Sharded,
+    Shards,
+    UnsupportedShardQuery,
+    sharded_model,
+)
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -36,7 +45,7 @@ from snowshard.sharding.collation import (
     compares_like_python,
     weight_of,
 )
-from tests.backends import DatabaseFactory
+from tests.backends import DatabaseFactory, async_url
 from tests.worlds import IDS, World, binary_string, open_world
 
 WORDS = [
@@ -50,6 +59,10 @@ sorts ``b\t`` before them); word ``i`` belongs to user ``i + 1``, so ``apple`` a
 
 ICU = "en-x-icu"
 """A PostgreSQL collation (predefined with ICU) that orders by language rules."""
+
+DEFAULT_LOCALE = "en"
+"""The ICU locale of the PostgreSQL test databases' default collation here: ``plain``
+(no collation declared) orders by language rules too, as in most real databases."""
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -132,6 +145,22 @@ def test_an_unknown_function_over_a_string_is_taken_for_a_string() -> None:
     assert collation_of(func.lower(_Row.declared), "sqlite")[:2] == (True, "NOCASE")
 
 
+def test_a_collate_inside_a_function_decides_its_result() -> None:
+    """max(x COLLATE c) compares by c, whatever x's column type says (so a comparison of it
+    in HAVING is not taken for a code-point one)."""
+    x = column("x", String(20, collation="C"))
+    assert collation_of(func.max(x.collate(ICU)), "postgresql")[1] == ICU
+    assert collation_of(func.max(x), "postgresql")[1] == "C"
+
+
+def test_a_collate_inside_a_comparison_does_not_reach_the_result() -> None:
+    """CASE WHEN x COLLATE c > 'a' THEN y END takes y's collation: a comparison's operands
+    pass none on."""
+    x = column("x", String(20, collation="C"))
+    y = column("y", String(20, collation="C"))
+    assert collation_of(case((x.collate(ICU) > "a", y), else_=y), "postgresql")[1] == "C"
+
+
 def test_a_typed_function_is_not_a_string() -> None:
     """func.length(x, type_=Integer) is a number, which every collation orders alike."""
     assert collation_of(func.length(_Row.plain, type_=Integer), "mysql")[0] is False
@@ -162,7 +191,8 @@ def test_a_native_enum_is_not_ordered_in_a_merge() -> None:
 
 @dataclass
 class Words:
-    """A sharded model and its unsharded twin holding :data:`WORDS`, on two databases."""
+    """A sharded model and its unsharded twin holding :data:`WORDS`, on two databases (on
+    PostgreSQL, databases whose default collation is ICU's :data:`DEFAULT_LOCALE`)."""
 
     world: World
     sharded: Any
@@ -208,7 +238,8 @@ def words(
         spec = sharded_model(word)
         homes = {w: spec.database_of(spec.shard_of("user_id", u)) for u, w in enumerate(WORDS, 1)}
         assert homes["apple"] != homes["APPLE"] and homes["b"] != homes["b "]
-        world = open_world(factory, base, backend)
+        locale = DEFAULT_LOCALE if backend == "postgresql" else None
+        world = open_world(factory, base, backend, icu_locale=locale)
         with world.session() as session:
             for user, text in enumerate(WORDS, start=1):
                 row = word(user_id=user, plain=text, binary=text, language=text)
@@ -274,25 +305,91 @@ def test_order_by_collate_in_the_query_is_merged_exactly(words: Words) -> None:
     assert [r[0] for r in got] == sorted(WORDS, reverse=True)
 
 
-def test_order_by_the_default_collation_is_refused_where_it_is_unknown(words: Words) -> None:
-    """PostgreSQL's default collation is not known before the query: refused there; SQLite's
-    (BINARY) merges as it is, MariaDB's by WEIGHT_STRING() (both exact)."""
+def test_order_by_the_default_collation_merges_exactly(words: Words) -> None:
+    """ORDER BY a string under the database's default collation equals one table's order:
+    SQLite's BINARY in Python, MariaDB's by WEIGHT_STRING(), PostgreSQL's (a language
+    order here, not code points) by the database's ranks."""
     build: Build = lambda m: select(m.plain).order_by(m.plain, m.id).limit(7)  # noqa: E731
-    if words.backend == "postgresql":
-        _refused(words, build, "ORDER BY .*default collation")
-    else:
-        _same_as_twin(words, build)
-
-
-@pytest.mark.parametrize("words", [BACKENDS[0], BACKENDS[1]], indirect=True)
-def test_order_by_a_language_collation_is_refused(words: Words) -> None:
-    """A collation that orders by case or language rules cannot be merged in Python on
-    SQLite and PostgreSQL (MariaDB says how it orders: next test)."""
+    got = [r[0] for r in _same_as_twin(words, build)]
     if words.backend == "sqlite":
-        build: Build = lambda m: select(m.plain).order_by(m.plain.collate("NOCASE"))  # noqa: E731
+        assert got == sorted(WORDS)[:7]
     else:
-        build = lambda m: select(m.language).order_by(m.language)  # noqa: E731
-    _refused(words, build, "ORDER BY")
+        assert got != sorted(WORDS)[:7]
+
+
+@pytest.mark.parametrize("words", [BACKENDS[0]], indirect=True)
+def test_order_by_a_case_insensitive_collation_is_refused_on_sqlite(words: Words) -> None:
+    """SQLite's NOCASE cannot be reproduced in Python, nor asked of the database: refused."""
+    _refused(words, lambda m: select(m.plain).order_by(m.plain.collate("NOCASE")), "ORDER BY")
+
+
+_POSTGRES_COLLATIONS = [None, ICU, "sv-x-icu", "und-x-icu"]
+"""The default (ICU ``en`` here), English, Swedish and root-locale ICU collations."""
+
+
+def _ordered(m: Any, collation: str | None, descending: bool, how: str) -> Any:
+    text = m.plain if collation is None else m.plain.collate(collation)
+    statement = select(m.plain, m.id).order_by(text.desc() if descending else text, m.id)
+    if how == "limit":
+        return statement.limit(5)
+    if how == "yield_per":  # two rows a batch: the ranks are renewed as batches arrive
+        return statement.execution_options(yield_per=2)
+    return statement
+
+
+@pytest.mark.parametrize("how", ["buffered", "limit", "yield_per"])
+@pytest.mark.parametrize("collation", _POSTGRES_COLLATIONS)
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_order_by_any_collation_merges_by_rank_on_postgresql(
+    words: Words, collation: str | None, descending: bool, how: str
+) -> None:
+    """On PostgreSQL one database ranks the strings a merge orders, under their collation:
+    buffered, with a LIMIT, and streamed two rows at a time, the merge equals one table."""
+    got = _same_as_twin(words, lambda m: _ordered(m, collation, descending, how))
+    assert len(got) == (5 if how == "limit" else len(WORDS))
+
+
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_an_async_session_ranks_strings_too(words: Words) -> None:
+    """Under AsyncShardedSession (psycopg async) the strings are ranked in the session's
+    own greenlet: the merged order equals one table's."""
+    m, twin = words.sharded, words.twin
+
+    async def read() -> list[Any]:
+        engines = {
+            key: create_async_engine(async_url(engine.url.render_as_string(hide_password=False)))
+            for key, engine in words.world.engines.items()
+        }
+        try:
+            async with AsyncShardedSession(databases=engines) as session:
+                found = await session.execute(
+                    select(m.plain, m.id).order_by(m.plain.desc(), m.id).limit(6)
+                )
+                return list(found.all())
+        finally:
+            for engine in engines.values():
+                await engine.dispose()
+
+    got = asyncio.run(read())
+    with words.world.session() as session:
+        expected = session.execute(
+            select(twin.plain, twin.id).order_by(twin.plain.desc(), twin.id).limit(6)
+        ).all()
+    assert got == expected and len(got) == 6
+    assert [r[0] for r in got] != sorted(WORDS, reverse=True)[:6]  # not code-point order
+
+
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_a_ranked_merge_asks_one_database_once(words: Words) -> None:
+    """A buffered ORDER BY of strings over two databases sends one ranking statement beside
+    its two reads (and, once per engine, a read of each database's default collation)."""
+    words.world.log.clear()
+    with words.world.session() as session:
+        session.execute(select(words.sharded.plain).order_by(words.sharded.plain)).all()
+    ranking = [s for s in words.world.log if "dense_rank" in s.statement]
+    reads = [s for s in words.world.log if s.shards]
+    assert len(ranking) == 1 and len(reads) == 2
 
 
 @pytest.mark.parametrize(
@@ -315,15 +412,13 @@ def test_order_by_any_collation_merges_exactly_on_mariadb(
 
 
 def test_min_and_max_of_strings_follow_the_same_rule(words: Words) -> None:
-    """MIN/MAX of a code-point column merge exactly; of PostgreSQL's unknown default
-    collation, refused; of MariaDB's, picked by weight (the database's answer, not
-    Python's: ``alpha`` and ``Zeta``, where code points say ``APPLE`` and ``éclair``)."""
+    """MIN/MAX of a code-point column merge exactly; of MariaDB's default collation, picked
+    by weight, of PostgreSQL's by rank (the database's answer, not Python's: ``alpha`` and
+    ``Zeta``, where code points say ``APPLE`` and ``éclair``)."""
     got = _same_as_twin(words, lambda m: select(func.min(m.binary), func.max(m.binary)))
     assert got == [(min(WORDS), max(WORDS))]
     build: Build = lambda m: select(func.min(m.plain), func.max(m.plain))  # noqa: E731
-    if words.backend == "postgresql":
-        _refused(words, build, "MIN")
-    elif words.backend == "mysql":
+    if words.backend != "sqlite":
         assert _same_as_twin(words, build) == [("alpha", "Zeta")]
     else:
         assert _same_as_twin(words, build) == [(min(WORDS), max(WORDS))]
@@ -339,15 +434,8 @@ def _spelled(
     return [tuple(one(v) if isinstance(v, str) else v for v in r) for r in rows]
 
 
-@pytest.mark.parametrize(
-    "collation", [None, "utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"]
-)
-@pytest.mark.parametrize("words", [BACKENDS[2]], indirect=True)
-def test_min_and_max_per_group_pick_by_weight_on_mariadb(
-    words: Words, collation: str | None
-) -> None:
-    """Per group, MIN/MAX of a string under any MariaDB collation equal one table's, and
-    ORDER BY them sorts by weight, the sources' values from both databases compared."""
+def _extremes_per_group(collation: str | None) -> Build:
+    """MIN/MAX of ``plain`` (under ``collation``) per bucket of users, ordered by them."""
 
     def build(m: Any) -> Any:
         text = m.plain if collation is None else m.plain.collate(collation)
@@ -358,11 +446,58 @@ def test_min_and_max_per_group_pick_by_weight_on_mariadb(
             .order_by(func.max(text).desc(), func.min(text))
         )
 
+    return build
+
+
+@pytest.mark.parametrize(
+    "collation", [None, "utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"]
+)
+@pytest.mark.parametrize("words", [BACKENDS[2]], indirect=True)
+def test_min_and_max_per_group_pick_by_weight_on_mariadb(
+    words: Words, collation: str | None
+) -> None:
+    """Per group, MIN/MAX of a string under any MariaDB collation equal one table's, and
+    ORDER BY them sorts by weight, the sources' values from both databases compared."""
+
+    build = _extremes_per_group(collation)
     with words.world.session() as session:
         got = session.execute(build(words.sharded)).all()
         twin = session.execute(build(words.twin)).all()
     assert _spelled(got) == _spelled(twin)
     assert [r[0] for r in got] == [r[0] for r in twin] and len(got) == 3
+
+
+@pytest.mark.parametrize("collation", _POSTGRES_COLLATIONS)
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_min_and_max_per_group_pick_by_rank_on_postgresql(
+    words: Words, collation: str | None
+) -> None:
+    """Per group, MIN/MAX of a PostgreSQL string under any collation equal one table's, and
+    ORDER BY them and by a string key sorts by the database's ranks."""
+
+    assert len(_same_as_twin(words, _extremes_per_group(collation))) == 3
+    keys = _same_as_twin(
+        words,
+        lambda m: select(m.plain, func.count()).group_by(m.plain).order_by(m.plain.desc()),
+    )
+    assert [r[0] for r in keys] != sorted(WORDS, reverse=True)
+
+
+@pytest.mark.parametrize("backend", [BACKENDS[1]])
+def test_ranking_by_default_collations_that_differ_is_refused(
+    backend: str, database_factory: DatabaseFactory
+) -> None:
+    """Databases whose default collations differ (ICU en, sv) rank no strings for a merge:
+    refused before the statement runs; a collation named in the query still merges."""
+    base, word, _ = _declare(backend)
+    world = open_world(database_factory, base, backend, icu_locale=["en", "sv"])
+    with world.session() as session:
+        with pytest.raises(UnsupportedShardQuery, match="default collations differ"):
+            session.execute(select(word.plain).order_by(word.plain))
+        assert not any(sent.shards for sent in world.log)
+        named = select(word.plain).order_by(word.plain.collate(ICU))
+        assert session.execute(named).all() == []
+    world.log.close()
 
 
 def test_group_by_strings_matches_as_the_database_does(words: Words) -> None:
@@ -437,19 +572,24 @@ def test_distinct_ordered_strings_match_by_weight_on_mariadb(
     assert len(got) == (limit or len(WORDS) - 2)
 
 
-_COLLATIONS = [None, "utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"]
+_COLLATIONS = {
+    "mysql": [None, "utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"],
+    "postgresql": [*_POSTGRES_COLLATIONS, "C"],
+}
 _SHAPES = [
     "min_max", "min_max_grouped", "distinct", "distinct_ordered", "grouped_ordered",
-    "ordered_rows",
+    "ordered_rows", "ordered_stream",
 ]  # fmt: skip
 
 
 @st.composite
-def _weighed_statements(draw: st.DrawFn) -> tuple[str, str | None, Build]:
-    """A statement whose merge orders, groups, matches or picks MariaDB strings by weight:
-    (shape, collation, build)."""
+def _weighed_statements(
+    draw: st.DrawFn, collations: Sequence[str | None]
+) -> tuple[str, str | None, Build]:
+    """A statement whose merge orders, groups, matches or picks strings by weight (MariaDB)
+    or by rank (PostgreSQL): (shape, collation, build)."""
     shape = draw(st.sampled_from(_SHAPES))
-    collation = draw(st.sampled_from(_COLLATIONS))
+    collation = draw(st.sampled_from(collations))
     users = draw(st.none() | st.sets(st.integers(1, len(WORDS)), min_size=1))
     descending = draw(st.booleans())
     limit = draw(st.none() | st.integers(1, len(WORDS)))
@@ -472,24 +612,29 @@ def _weighed_statements(draw: st.DrawFn) -> tuple[str, str | None, Build]:
         if shape == "grouped_ordered":
             grouped = select(text.label("word"), func.count()).where(*where).group_by(text)
             return grouped.order_by(direction).limit(limit)
-        return select(m.plain, m.id).where(*where).order_by(direction, m.id).limit(limit)
+        rows = select(m.plain, m.id).where(*where).order_by(direction, m.id).limit(limit)
+        if shape == "ordered_stream":  # three rows a batch from each source
+            return rows.execution_options(yield_per=3)
+        return rows
 
     return shape, collation, build
 
 
-@pytest.mark.parametrize("words", [BACKENDS[2]], indirect=True)
-@given(case=_weighed_statements())
-def test_merges_by_weight_equal_one_table_on_mariadb(
-    words: Words, case: tuple[str, str | None, Build]
-) -> None:
-    """Random MIN/MAX, DISTINCT, GROUP BY and ORDER BY (with LIMIT) of a string under
-    MariaDB collations equal the twin's rows, up to which spelling of strings the collation
-    calls equal shows (rows ordered by ID as well compare exactly)."""
-    shape, collation, build = case
+@pytest.mark.parametrize("words", [BACKENDS[1], BACKENDS[2]], indirect=True)
+@given(data=st.data())
+def test_merges_by_weight_or_rank_equal_one_table(words: Words, data: st.DataObject) -> None:
+    """Random MIN/MAX, DISTINCT, GROUP BY and ORDER BY (with LIMIT, buffered or streamed) of
+    a string under MariaDB and PostgreSQL collations equal the twin's rows, up to which
+    spelling of strings a MariaDB collation calls equal shows (rows ordered by ID as well,
+    and PostgreSQL's deterministic collations, compare exactly)."""
+    shape, collation, build = data.draw(_weighed_statements(_COLLATIONS[words.backend]))
+    note(f"{shape}, collation {collation}: {build(words.sharded)}")
     with words.world.session() as session:
         got = session.execute(build(words.sharded)).all()
         twin = session.execute(build(words.twin)).all()
-    if shape == "ordered_rows":
+    if shape in ("ordered_rows", "ordered_stream") or (
+        words.backend == "postgresql" and shape != "distinct"
+    ):
         assert got == twin
         return
     fold = (lambda v: v.rstrip(" ")) if collation == "utf8mb4_bin" else None
@@ -515,6 +660,21 @@ def test_explain_says_which_strings_merge_by_weight(words: Words) -> None:
     assert not any("WEIGHT_STRING" in line for line in exact)
 
 
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_explain_says_which_strings_merge_by_rank(words: Words) -> None:
+    """explain() names the collation whose ranks order PostgreSQL strings in a merge."""
+    from snowshard.sharding import explain
+
+    m = words.sharded
+    with words.world.session() as session:
+        default = explain(session, select(m.plain).order_by(m.plain)).merged
+        named = explain(session, select(func.max(m.language))).merged
+        exact = explain(session, select(m.binary).order_by(m.binary)).merged
+    assert any("ranks" in line and "default collation" in line for line in default)
+    assert any("ranks" in line and ICU in line for line in named)
+    assert not any("ranks" in line for line in exact)
+
+
 def test_distinct_with_the_primary_key_is_not_refused(words: Words) -> None:
     """Rows that include their ID are all distinct whatever the collation: merged."""
     _same_as_twin_unordered(words, lambda m: select(m.id, m.plain).distinct())
@@ -535,6 +695,14 @@ def test_a_string_comparison_in_having_is_refused_under_an_unknown_collation(
             words,
             lambda m: select(func.count()).select_from(m).having(func.max(m.plain) > "b"),
             "MAX|comparison",
+        )
+        language = "utf8mb4_general_ci" if words.backend == "mysql" else ICU
+        _refused(  # a code-point column, compared under the collation its COLLATE names
+            words,
+            lambda m: select(func.count())
+            .select_from(m)
+            .having(func.max(m.binary.collate(language)) > "b"),
+            "comparison",
         )
 
 
@@ -559,14 +727,15 @@ def _one_database() -> tuple[type[DeclarativeBase], Any, Any]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_one_database_orders_whole_reads_itself_and_refuses_split_ones(
+def test_one_database_orders_whole_reads_itself_and_merges_split_ones(
     backend: str, database_factory: DatabaseFactory
 ) -> None:
     """In one database a keyless ORDER BY runs as one UNION ALL the database sorts (exact
-    whatever the collation); keys naming several shards split it into a merge: exact on
-    SQLite and MariaDB, refused on PostgreSQL, whose default collation is unknown."""
+    whatever the collation); keys naming several shards split it into a merge, exact too:
+    in Python on SQLite, by weight on MariaDB, by the database's ranks on PostgreSQL."""
     base, word, twin = _one_database()
-    world = open_world(database_factory, base, backend)
+    locale = DEFAULT_LOCALE if backend == "postgresql" else None
+    world = open_world(database_factory, base, backend, icu_locale=locale)
     with world.session() as session:
         for user, text in enumerate(WORDS, start=1):
             row = word(user_id=user, plain=text)
@@ -581,13 +750,10 @@ def test_one_database_orders_whole_reads_itself_and_refuses_split_ones(
             select(m.plain).where(m.user_id.in_(users)).order_by(m.plain, m.id)
             for m in (word, twin)
         ]
-        if backend == "postgresql":
-            world.log.clear()
-            with pytest.raises(UnsupportedShardQuery, match="ORDER BY"):
-                session.execute(split[0])
-            assert len(world.log) == 0
-        else:
-            assert session.execute(split[0]).all() == session.execute(split[1]).all()
+        world.log.clear()
+        assert session.execute(split[0]).all() == session.execute(split[1]).all()
+        if backend == "postgresql":  # merged: the strings were ranked
+            assert any("dense_rank" in sql for sql in world.log.statements())
     world.log.close()
 
 

@@ -135,9 +135,16 @@ EXAMPLES: dict[str, list[Example]] = {
             .having(func.max(w.Order.status) > "o"),
         ),
         Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("NOCASE")), backends=("sqlite",)),
-        Example("refused", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu")), backends=("postgresql",)),
+        Example("merged", lambda w: select(w.Order.id).order_by(w.Order.status.collate("en-x-icu"), w.Order.id), backends=("postgresql",), ordered=True),
         Example("merged", lambda w: select(func.min(w.Order.status.collate("utf8mb4_general_ci")), func.max(w.Order.status.collate("utf8mb4_general_ci"))), backends=("mysql",)),
-        Example("refused", lambda w: select(func.max(w.Order.status.collate("en-x-icu"))), backends=("postgresql",)),
+        Example("merged", lambda w: select(func.max(w.Order.status.collate("en-x-icu"))), backends=("postgresql",)),
+        Example(
+            "refused",
+            lambda w: select(w.Order.user_id, func.max(w.Order.status))
+            .group_by(w.Order.user_id)
+            .having(func.max(w.Order.status.collate("en-x-icu")) > "o"),
+            backends=("postgresql",),
+        ),
         Example(
             "merged",
             lambda w: select(w.Order.id).order_by(w.Order.status.collate("utf8mb4_general_ci").desc(), w.Order.id),

@@ -38,6 +38,13 @@ unless the collation is known, from the statement alone, to agree with Python:
   grouped rows, still are). Where the collation calls two spellings equal (``apple`` and
   ``APPLE``, ``b`` and ``b ``), which one a group or MIN/MAX shows is the database's own
   choice, in one table as across shards.
+* PostgreSQL has no such function, but it can order strings it is given: there a merged
+  ORDER BY of a ``String`` under any other collation (a language one, ICU's, the
+  database's unknown default), and MIN/MAX of one, are ordered by *ranks* one database
+  gives the sources' values under the same collation (:func:`server_order`;
+  :mod:`~snowshard.sharding.ranking` asks). Ranks are dense, so strings a collation calls
+  equal tie as they do in one table. The default collation is the same on every database
+  a merge reads, or the merge is refused before its statement runs.
 
 A string shard key is routed by its exact value, so ``key == 'ACME'`` reads the shard of
 ``'ACME'``; where the database calls ``'acme'`` equal to it, one table would return that row
@@ -51,15 +58,17 @@ the database itself and never reaches these checks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CHAR, NCHAR, Enum, String
+from sqlalchemy import CHAR, NCHAR, Boolean, Enum, String
 from sqlalchemy.dialects import registry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BinaryExpression, CollationClause
+from sqlalchemy.sql.selectable import SelectBase
 from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
@@ -70,11 +79,14 @@ from snowshard.sharding.evaluate import bare
 __all__ = [
     "EQUALITY",
     "ORDERING",
+    "ServerOrder",
     "check_string_keys",
     "check_strings",
     "collation_of",
     "compares_like_python",
+    "extreme_order",
     "extreme_weight",
+    "server_order",
     "sort_value",
     "weight_of",
 ]
@@ -98,6 +110,24 @@ _ADVICE = {
     "sqlite": "compare with SQLite's default BINARY collation (drop the COLLATE)",
 }
 _ADVICE["mariadb"] = _ADVICE["mysql"]
+_RANKABLE = (
+    " (on PostgreSQL, ORDER BY and MIN/MAX of a String column or expression merge by the"
+    " database's own ranking of the values)"
+)
+
+
+@dataclass(frozen=True)
+class ServerOrder:
+    """Strings a merge orders by asking a PostgreSQL database to rank them under
+    ``collation`` (None: the database's default), since Python cannot reproduce it."""
+
+    collation: str | None
+
+    def describe(self) -> str:
+        """The collation, for messages and ``explain``."""
+        return "the database's default collation" if self.collation is None else (
+            f"the collation {self.collation!r}"
+        )
 
 
 @cache
@@ -126,13 +156,13 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     an untyped function taken for a string because of its string argument).
     """
     plain = bare(element)
+    explicit = _explicit(plain)
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
-        right = bare(plain.right)
-        if isinstance(right, CollationClause):
-            return True, right.collation, _type_for(plain.left.type, dialect)
+        return True, explicit, _type_for(plain.left.type, dialect)
     type_ = _type_for(getattr(plain, "type", None), dialect)
     if isinstance(type_, String):
-        return True, type_.collation, type_
+        # a COLLATE inside (max(x COLLATE c), x COLLATE c || y) is the result's collation
+        return True, explicit or type_.collation, type_
     if type_ is not None and not isinstance(type_, NullType):
         return False, None, type_
     parts = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
@@ -145,6 +175,24 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     if any(p[0] is False for p in parts):
         return False, None, NullType()
     return None, None, NullType()
+
+
+def _explicit(element: Any) -> str | None:
+    """The collation a ``COLLATE`` clause gives ``element`` or, through the functions,
+    operators and CASE results it is made of, gives its value (an explicit collation
+    decides the result's on PostgreSQL and MariaDB alike); None if there is none. A
+    comparison (a boolean) or a subquery passes none on."""
+    plain = bare(element)
+    if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
+        right = bare(plain.right)
+        return right.collation if isinstance(right, CollationClause) else None
+    if isinstance(plain, SelectBase) or isinstance(getattr(plain, "type", None), Boolean):
+        return None
+    for child in plain.get_children():
+        found = _explicit(child)
+        if found is not None:
+            return found
+    return None
 
 
 def _postgres_deterministic(name: str) -> bool:
@@ -244,6 +292,7 @@ def _check(
         f"could differ from one table's; {_ADVICE.get(dialect, 'route it to one shard')}, "
         "or route the query to one shard (a shard key in WHERE)"
         + (weighable if dialect in _WEIGHTED else "")
+        + (_RANKABLE if dialect == "postgresql" else "")
     )
 
 
@@ -282,11 +331,45 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     return None if found is None else PaddedWeight(bare(aggregate), found.length)
 
 
-def sort_value(element: Any, dialect: str) -> Any:
-    """What each source sends for a merge to order rows by ``element`` (an ORDER BY item):
-    the value, or its weight (:func:`weight_of`)."""
+def server_order(element: Any, dialect: str) -> ServerOrder | None:
+    """How a merge orders the strings of ``element`` on PostgreSQL when Python cannot
+    reproduce their collation: by ranks the database gives them (None where Python can,
+    for other dialects and for what ranks cannot stand for: a fixed-length ``CHAR``, a
+    native enum, a TypeDecorator whose values are not the database's, an untyped
+    expression)."""
+    if dialect != "postgresql":
+        return None
+    plain = bare(element)
+    is_string, collation, type_ = collation_of(plain, dialect)
+    declared = variant_for(getattr(plain, "type", None), dialect)
+    if (
+        not is_string
+        or not isinstance(type_, String)
+        or isinstance(declared, TypeDecorator)
+        or _padded(type_, dialect)
+        or _native_enum(type_, dialect)
+        or _exact(collation, type_, dialect, ORDERING)
+    ):
+        return None
+    return ServerOrder(collation)
+
+
+def extreme_order(aggregate: Any, dialect: str) -> ServerOrder | None:
+    """:func:`server_order` of the argument of ``MIN(x)``/``MAX(x)``: how a merge picks the
+    least or greatest of the sources' values where Python cannot compare them."""
+    found = [server_order(argument, dialect) for argument in aggregate.clauses]
+    return next((order for order in found if order is not None), None)
+
+
+def sort_value(element: Any, dialect: str) -> tuple[Any, ServerOrder | None]:
+    """What each source sends for a merge to order rows by ``element`` (an ORDER BY item),
+    and how the merge compares it: the value as Python compares it, the value ranked by
+    the database (:func:`server_order`), or its weight (:func:`weight_of`)."""
+    order = server_order(element, dialect)
+    if order is not None:
+        return element, order
     weight = weight_of(element, dialect, ORDERING, "ORDER BY")
-    return element if weight is None else weight
+    return (element if weight is None else weight), None
 
 
 def check_string_keys(model: Any, dialect: str) -> None:

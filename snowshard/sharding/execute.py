@@ -83,7 +83,7 @@ from snowshard.sharding.reference import (
 )
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
-from snowshard.sharding.sources import run_merged
+from snowshard.sharding.sources import merge_ranker, run_merged
 
 __all__ = [
     "DIRECT_MAPPER",
@@ -585,7 +585,10 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             state.statement = step.statement
             state.bind_arguments[BIND_KEY] = step.database
             return None
+    rank = None
+    if plan.merge is not None:
+        rank = merge_ranker(state, plan.merge, [step.database for step in plan.steps])
     results = [_run(state, step.statement, step.database, given) for step in plan.steps]
     if plan.merge is not None:
-        return plan.merge.merge(results)
+        return plan.merge.merge(results, rank)
     return merge_results(results)

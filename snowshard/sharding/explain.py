@@ -148,6 +148,12 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
     elif merge.order:
         pushed.append("ORDER BY, on each source")
         merged.append("ORDER BY: sorted sources merged with a heap")
+    if merge.ranked:
+        collations = ", ".join(sorted({order.describe() for order in merge.ranked.values()}))
+        merged.append(
+            "strings ordered (ORDER BY, MIN/MAX) by the ranks one database gives them under "
+            f"{collations} (one more statement; a streamed merge, one per batch it reads)"
+        )
     if merge.distinct:
         merged.append(
             "DISTINCT over the merged rows"

@@ -18,7 +18,9 @@ in ascending order on PostgreSQL, first on SQLite and MySQL) unless ``nulls_firs
 ``nulls_last()`` says otherwise; strings compare by code point, so a merge that orders,
 groups or matches strings is refused unless their collation compares them that way too,
 or, for ORDER BY, GROUP BY, MIN/MAX and DISTINCT on MariaDB and MySQL, the sources send
-the strings' weights to sort, group, pick and match by (:mod:`~snowshard.sharding.collation`).
+the strings' weights to sort, group, pick and match by, or, for ORDER BY and MIN/MAX on
+PostgreSQL, one database ranks the sources' strings and the merge compares the ranks
+(:mod:`~snowshard.sharding.collation`, :mod:`~snowshard.sharding.ranking`).
 Division and CAST over aggregates are computed as the session's database computes them
 (:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
 (``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
@@ -59,15 +61,19 @@ from snowshard.sharding.analysis import check_row_expression, describe, walk
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
+    ServerOrder,
     check_strings,
     collation_of,
+    extreme_order,
     extreme_weight,
+    server_order,
     sort_value,
     weight_of,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.ranking import Ranker
 
 __all__ = ["MergePlan", "sort_key"]
 
@@ -213,6 +219,9 @@ class MergePlan:
         self.extremes: dict[int, int] = {}
         """MIN/MAX helper -> the WEIGHT_STRING() helper of its value (strings whose
         collation Python does not reproduce: the merge picks by weight)."""
+        self.ranked: dict[int, ServerOrder] = {}
+        """Helper -> the PostgreSQL collation its strings are ranked by before the merge
+        orders (ORDER BY) or picks (MIN/MAX) them (:mod:`~snowshard.sharding.ranking`)."""
         helpers: list[ColumnElement[Any]]
         distinct_weights: dict[int, int] = {}
         """Selected column -> the helper of its WEIGHT_STRING(), which DISTINCT matches by."""
@@ -235,7 +244,10 @@ class MergePlan:
                 if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
                 self.order.append((len(helpers), descending, nulls_first))
-                helpers.append(sort_value(expr, dialect))
+                value, ranked = sort_value(expr, dialect)
+                if ranked is not None:
+                    self.ranked[len(helpers)] = ranked
+                helpers.append(value)
             if self.distinct and not _unique_rows(columns):
                 entities = self.width != len(columns)  # their columns are matched as they are
                 for index, column in enumerate(columns):
@@ -328,6 +340,10 @@ class MergePlan:
             if found is not None and found in weights:  # a key grouped by weight sorts by it
                 self.order.append((itemgetter(weights[found]), descending, nulls_first))
                 continue
+            ranked = self._ranked(expr)
+            if ranked is not None:  # a PostgreSQL string: sorted by the database's ranks
+                self.order.append((_Rank(ranked), descending, nulls_first))
+                continue
             extreme = self._extreme(_unwrap(expr))
             if extreme is not None:  # so does MIN/MAX of such a string
                 self.order.append((itemgetter(extreme), descending, nulls_first))
@@ -345,15 +361,30 @@ class MergePlan:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
 
+    def _ranked(self, expr: Any) -> int | None:
+        """For a GROUP BY key or ``MIN(x)``/``MAX(x)`` of a PostgreSQL string whose collation
+        Python does not reproduce (:func:`~.collation.server_order`): its helper, whose
+        values the merge ranks. None for anything else."""
+        plain = _unwrap(expr)
+        found = self.atoms.key(plain)
+        if found is not None:
+            order = server_order(plain, self.dialect)
+        elif _is_extreme(plain):
+            order = extreme_order(plain, self.dialect)
+            found = None if order is None else self.atoms.aggregate(plain)
+        else:
+            return None
+        if order is None or found is None:
+            return None
+        self.ranked[found] = order
+        return found
+
     def _extreme(self, element: Any) -> int | None:
         """For ``MIN(x)``/``MAX(x)`` of a string that the merge picks by weight
         (:func:`~.collation.extreme_weight`): the helper of that weight, pushed down beside
-        the aggregate's. None for other expressions and for values Python compares as the
-        database does."""
-        if not isinstance(element, FunctionElement) or str(element.name).lower() not in (
-            "min",
-            "max",
-        ):
+        the aggregate's. None for other expressions, for values Python compares as the
+        database does, and for PostgreSQL strings picked by rank (:meth:`_ranked`)."""
+        if not _is_extreme(element) or self._ranked(element) is not None:
             return None
         weight = extreme_weight(element, self.dialect)
         if weight is None:
@@ -364,11 +395,31 @@ class MergePlan:
             found = self.extremes[index] = self.atoms.add_weight(weight)
         return found
 
+    def _ranks(
+        self, rank: Ranker | None, rows: Sequence[Sequence[Any]], offset: int
+    ) -> dict[int, dict[str, int]]:
+        """Each ranked helper's table of ranks over ``rows`` (the helper ``i`` of a row at
+        ``offset + i``), from one statement per helper."""
+        if not self.ranked:
+            return {}
+        if rank is None:
+            raise TypeError("this merge orders strings by a database's ranks: pass rank=")
+        tables = {}
+        for helper, order in self.ranked.items():
+            strings = {row[offset + helper] for row in rows}
+            strings.discard(None)
+            tables[helper] = rank(order, strings)
+        return tables
+
     def _merge_groups(
-        self, rows: Iterable[Sequence[Any]], processors: Sequence[Any] = ()
+        self,
+        rows: Sequence[Sequence[Any]],
+        processors: Sequence[Any] = (),
+        rank: Ranker | None = None,
     ) -> list[tuple[Any, ...]]:
         atoms = self.atoms
         base = self.width
+        ranks = self._ranks(rank, rows, base)
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
         for row in rows:
             groups.setdefault(tuple(row[base + i] for i in self.grouping), []).append(row)
@@ -381,6 +432,10 @@ class MergePlan:
                     values[index] = column[0]  # equal within the group (a key's first spelling)
                 elif kind in ("avg", "avg_sum"):
                     values[index] = _combine("sum", column)
+                elif index in ranks:  # MIN/MAX of strings the database ranked
+                    present = [v for v in column if v is not None]
+                    pick = min if kind == "min" else max
+                    values[index] = pick(present, key=ranks[index].__getitem__) if present else None
                 else:
                     values[index] = _combine("count" if kind == "avg_count" else kind, column)
             for index, weight in self.extremes.items():
@@ -403,20 +458,29 @@ class MergePlan:
                 )
             merged.append((outputs, tuple(values)))
         if self.order:
-            key, reverse = sort_key([(_pair_reader(fn), d, n) for fn, d, n in self.order])
+            key, reverse = sort_key([(_pair_reader(fn, ranks), d, n) for fn, d, n in self.order])
             merged.sort(key=key, reverse=reverse)
         return [outputs + values for outputs, values in merged]
 
-    def merge(self, results: Sequence[Result[Any]]) -> Result[Any]:
-        """The statement's result, from each source's result of :attr:`source`."""
+    def merge(self, results: Sequence[Result[Any]], rank: Ranker | None = None) -> Result[Any]:
+        """The statement's result, from each source's result of :attr:`source`; ``rank``
+        ranks strings for a plan with :attr:`ranked` helpers."""
         frozen = [result.freeze() for result in results]
         parts = [list(f().all()) for f in frozen]
         width = self.width
         rows: Iterable[Sequence[Any]]
         if self.grouped:
-            rows = self._merge_groups((r for part in parts for r in part), self._process())
+            every = [r for part in parts for r in part]
+            rows = self._merge_groups(every, self._process(), rank)
         elif self.order:
-            key, reverse = sort_key([(itemgetter(i), d, n) for i, d, n in self.order])
+            # ranked helpers: a row's helper i is at i - helpers (helpers end the row)
+            ranks = self._ranks(rank, [r for part in parts for r in part], -self.helpers)
+            readers = [
+                (_ranked_reader(i, ranks[self.helpers + i]) if self.helpers + i in ranks
+                 else itemgetter(i), d, n)
+                for i, d, n in self.order
+            ]  # fmt: skip
+            key, reverse = sort_key(readers)
             rows = heapq.merge(*parts, key=key, reverse=reverse)
         else:
             rows = (r for part in parts for r in part)
@@ -467,11 +531,39 @@ def sort_key(
     return several, reverse
 
 
-def _pair_reader(fn: Any) -> Callable[[tuple[Any, Any]], Any]:
+def _pair_reader(
+    fn: Any, ranks: dict[int, dict[str, int]]
+) -> Callable[[tuple[Any, Any]], Any]:
     """Reads an ORDER BY value of a merged group (outputs, values) with ``fn``."""
     if isinstance(fn, _output):
         return lambda pair: fn(pair[0])
+    if isinstance(fn, _Rank):
+        read = _ranked_reader(fn.helper, ranks[fn.helper])
+        return lambda pair: read(pair[1])
     return lambda pair: fn(pair[1])
+
+
+def _ranked_reader(index: int, table: dict[str, int]) -> Callable[[Sequence[Any]], Any]:
+    """Reads the rank of a row's string at ``index`` (None stays None)."""
+
+    def read(row: Sequence[Any]) -> Any:
+        value = row[index]
+        return None if value is None else table[value]
+
+    return read
+
+
+def _is_extreme(element: Any) -> bool:
+    """Whether ``element`` is ``MIN(...)`` or ``MAX(...)``."""
+    return isinstance(element, FunctionElement) and str(element.name).lower() in ("min", "max")
+
+
+class _Rank:
+    """An ORDER BY of a merged group by the rank of a helper's string (a GROUP BY key or
+    MIN/MAX the database ranked)."""
+
+    def __init__(self, helper: int) -> None:
+        self.helper = helper
 
 
 def _placeholder(column: Any, index: int) -> Any:

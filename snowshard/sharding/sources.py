@@ -26,7 +26,7 @@ thread that opened them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -39,9 +39,10 @@ from snowshard._compat import orm_cursor_result, orm_pre_execute, session_execut
 from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.fanout import concurrency_of, run_concurrently, run_gathered
 from snowshard.sharding.merge import MergePlan
+from snowshard.sharding.ranking import Ranker, check_defaults, database_ranker
 from snowshard.sharding.stream import STREAM_BATCH, Source, merge_sources
 
-__all__ = ["run_merged", "statement_options"]
+__all__ = ["merge_ranker", "run_merged", "statement_options"]
 
 
 def statement_options(state: ORMExecuteState) -> Any:
@@ -97,6 +98,24 @@ def _prepare(state: ORMExecuteState, step: Any, options: Any, params: Any) -> _P
     return _Prepared(step.database, statement, step_options, step_params, arguments)
 
 
+def merge_ranker(
+    state: ORMExecuteState, plan: MergePlan, databases: Sequence[str]
+) -> Ranker | None:
+    """How the merge ranks strings (:attr:`MergePlan.ranked`): by the first of ``databases``,
+    in the session's transaction; None if it ranks none. Refuses, before the statement
+    runs, ranking by a default collation that ``databases`` do not share
+    (:func:`~snowshard.sharding.ranking.check_defaults`)."""
+    if not plan.ranked:
+        return None
+    session: Any = state.session
+    connections = {
+        database: session.connection(bind_arguments={**state.bind_arguments, BIND_KEY: database})
+        for database in dict.fromkeys(databases)
+    }
+    check_defaults(plan.ranked, connections)
+    return database_ranker(connections[databases[0]])
+
+
 def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Result[Any]:
     """Run ``steps`` (:class:`~snowshard.sharding.execute.Step`) and merge them by ``plan``."""
     session: Any = state.session
@@ -108,6 +127,7 @@ def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Res
     for one in prepared:  # in this thread: begins each database's transaction if needed
         if one.database not in connections:
             connections[one.database] = session.connection(bind_arguments=one.arguments)
+    rank = merge_ranker(state, plan, [p.database for p in prepared])
     tasks: list[Callable[[], list[tuple[int, CursorResult[Any]]]]] = []
     for database, connection in connections.items():
         mine = [(i, p) for i, p in enumerate(prepared) if p.database == database]
@@ -128,7 +148,8 @@ def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Res
         for i, p in enumerate(prepared)
     ]
     try:
-        merged = merge_sources(plan, sources, _batch({**state.execution_options, **prepared[0].options}))
+        batch = _batch({**state.execution_options, **prepared[0].options})
+        merged = merge_sources(plan, sources, batch, rank)
         if is_async:
             # an AsyncSession hands the result out of the greenlet: no I/O may be left
             # (ORM post-loads, cursor reads), as for its own buffered results

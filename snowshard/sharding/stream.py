@@ -10,6 +10,10 @@ the ``snowshard_merge_*`` helper columns that carry the ORDER BY values):
   by (each source sends at most OFFSET+LIMIT rows, :class:`MergePlan`), and no source is
   read past the rows the LIMIT needs; prefer keyset pages
   (:func:`snowshard.sharding.keyset_page`) to deep offsets, which read every skipped row;
+* strings a PostgreSQL collation orders (:attr:`MergePlan.ranked`) are compared by the
+  ranks one database gives them (:mod:`~snowshard.sharding.ranking`): the first batch of
+  every source is read before the merge starts and ranked in one statement, each later
+  batch with the strings the other sources' batches still hold;
 * only then ORM objects: the rows the merge kept, a batch at a time, are handed per
   source to SQLAlchemy's ORM loading (:func:`~snowshard._compat.orm_cursor_result`), so
   a top-20 over 4 databases builds 20 objects, not 80.
@@ -48,6 +52,7 @@ from snowshard._compat import (
     several_rows_per_object,
 )
 from snowshard.sharding.merge import MergePlan, sort_key
+from snowshard.sharding.ranking import Ranker, StreamRanks
 
 __all__ = ["STREAM_BATCH", "Source", "can_stream", "helper_label", "merge_sources"]
 
@@ -87,11 +92,18 @@ def _positions(plan: MergePlan, raw: CursorResult[Any]) -> list[int] | None:
         return None
 
 
-def _sort_key(plan: MergePlan, positions: Sequence[int]) -> tuple[Callable[[Any], Any], bool]:
+def _sort_key(
+    plan: MergePlan, positions: Sequence[int], ranks: StreamRanks | None
+) -> tuple[Callable[[Any], Any], bool]:
     # MergePlan.order counts helpers from the end of an ORM row: map them to raw positions
-    key, reverse = sort_key(
-        [(itemgetter(positions[plan.helpers + index]), d, n) for index, d, n in plan.order]
-    )
+    readers = []
+    for index, descending, nulls_first in plan.order:
+        helper = plan.helpers + index
+        if ranks is not None and helper in plan.ranked:
+            readers.append((ranks.reader(helper), descending, nulls_first))
+        else:
+            readers.append((itemgetter(positions[helper]), descending, nulls_first))
+    key, reverse = sort_key(readers)
     return (lambda pair: key(pair[1])), reverse
 
 
@@ -104,13 +116,22 @@ def _unique(rows: Iterable[tuple[int, Any]], key: Callable[[Any], Any]) -> Itera
             yield pair
 
 
-def _read(number: int, source: Source, batch: int) -> Iterator[tuple[int, Any]]:
-    while True:
-        rows = fetch_raw(source.raw, batch)
-        if not rows:
-            return
+def _read(
+    number: int,
+    source: Source,
+    batch: int,
+    first: list[Any] | None,
+    ranks: StreamRanks | None,
+) -> Iterator[tuple[int, Any]]:
+    """``source``'s rows, from its ``first`` batch if already read; each batch read here is
+    held by ``ranks`` (when the merge ranks strings)."""
+    rows = first if first is not None else fetch_raw(source.raw, batch)
+    while rows:
         for row in rows:
             yield number, row
+        rows = fetch_raw(source.raw, batch)
+        if ranks is not None:
+            ranks.hold({number: rows})
 
 
 def can_stream(plan: MergePlan, sources: Sequence[Source]) -> bool:
@@ -144,17 +165,31 @@ def _build(
     return built, (results[min(results)] if results else None)
 
 
-def merge_sources(plan: MergePlan, sources: Sequence[Source], batch: int | None) -> Result[Any]:
+def merge_sources(
+    plan: MergePlan, sources: Sequence[Source], batch: int | None, rank: Ranker | None = None
+) -> Result[Any]:
     """The merged result of ``sources`` (module docstring); ``batch``: rows read and built
-    at a time (``yield_per``), None to read each source whole (a buffered result)."""
+    at a time (``yield_per``), None to read each source whole (a buffered result);
+    ``rank``: how strings of :attr:`MergePlan.ranked` helpers are ranked."""
     if plan.grouped or not can_stream(plan, sources):
-        return plan.merge([source.objects() for source in sources])
+        return plan.merge([source.objects() for source in sources], rank)
     positions = _positions(plan, sources[0].raw)
     assert positions is not None
-    streams = [_read(n, s, batch or STREAM_BATCH) for n, s in enumerate(sources)]
+    size = batch or STREAM_BATCH
+    firsts: list[list[Any] | None] = [None] * len(sources)
+    ranks = None
+    if plan.ranked and plan.order:
+        if rank is None:
+            raise TypeError("this merge orders strings by a database's ranks: pass rank=")
+        helpers = {h: (positions[h], order) for h, order in plan.ranked.items()}
+        ranks = StreamRanks(rank, helpers, len(sources))
+        read = [fetch_raw(s.raw, size) for s in sources]
+        ranks.hold(dict(enumerate(read)))  # every source's first batch: one statement
+        firsts = list(read)
+    streams = [_read(n, s, size, firsts[n], ranks) for n, s in enumerate(sources)]
     merged: Iterable[tuple[int, Any]]
     if plan.order:
-        key, reverse = _sort_key(plan, positions)
+        key, reverse = _sort_key(plan, positions, ranks)
         merged = heapq.merge(*streams, key=key, reverse=reverse)
     else:
         merged = itertools.chain.from_iterable(streams)

@@ -1,0 +1,188 @@
+"""Ordering strings as a PostgreSQL collation does, by asking the database to rank them.
+
+PostgreSQL has no function that turns a string into bytes that sort as its collation sorts
+it (MariaDB's ``WEIGHT_STRING``), and Python cannot reproduce a language or ICU collation.
+But the database orders the strings it is sent. A merge that orders strings under such a
+collation (:func:`~snowshard.sharding.collation.server_order`: ORDER BY of a string, MIN/MAX
+of one, across shards) sends one of the databases it read the distinct values it has to
+compare, in one statement::
+
+    SELECT v, dense_rank() OVER (ORDER BY v COLLATE "en-x-icu") FROM unnest(:strings) AS v
+
+and compares ranks instead of strings. Dense ranks tie where the collation calls strings
+equal, as one table's ORDER BY does. A buffered merge ranks every candidate at once (a
+top-20 over 4 databases: one more statement, of at most 80 strings); a streamed merge ranks
+the strings of the batches it holds each time it reads another (:class:`StreamRanks`), so
+its memory stays O(sources x batch).
+
+Ranks from one database stand for every database's order only if they all order alike.
+Under a named collation they do (the statement names it on each). The *default* collation
+is each database's own: :func:`check_defaults` reads it once per engine and refuses a merge
+across databases whose defaults differ, before the merge's statement runs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import ARRAY, Text, bindparam, column, func, select, text
+from sqlalchemy.engine import Connection, Engine
+
+from snowshard.sharding.collation import ServerOrder
+from snowshard.sharding.errors import UnsupportedShardQuery
+
+__all__ = [
+    "Collated",
+    "Ranker",
+    "StreamRanks",
+    "check_defaults",
+    "database_ranker",
+    "rank_statement",
+]
+
+Ranker = Callable[[ServerOrder, Collection[str]], dict[str, int]]
+"""Dense ranks of distinct strings under a collation (equal strings share a rank)."""
+
+_STRINGS = "snowshard_strings"
+_SETTINGS = ("datcollate", "datlocprovider", "daticulocale", "datlocale", "daticurules")
+"""The ``pg_database`` columns that decide how a database's default collation orders
+strings (the ICU columns differ between PostgreSQL versions; those present are read)."""
+_DEFAULTS: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@cache
+def rank_statement(collation: str | None) -> Any:
+    """``SELECT v, dense_rank() OVER (ORDER BY v [COLLATE c]) FROM unnest(:strings)``."""
+    values = (
+        func.unnest(bindparam(_STRINGS, type_=ARRAY(Text)))
+        .table_valued(column("v", Text))
+        .render_derived()
+    )
+    value = values.c.v
+    ordered = value if collation is None else value.collate(collation)
+    return select(value, func.dense_rank().over(order_by=ordered))
+
+
+def database_ranker(connection: Connection) -> Ranker:
+    """A :data:`Ranker` that asks ``connection``'s database (in the session's transaction:
+    the strings of rows not yet committed rank too)."""
+
+    def rank(order: ServerOrder, strings: Collection[str]) -> dict[str, int]:
+        if not strings:
+            return {}
+        rows = connection.execute(
+            rank_statement(order.collation), {_STRINGS: list(strings)}
+        )
+        return {value: int(position) for value, position in rows}
+
+    return rank
+
+
+def _default_of(connection: Connection) -> tuple[tuple[str, str], ...]:
+    """How ``connection``'s database orders strings by default (read once per engine)."""
+    engine = connection.engine
+    found = _DEFAULTS.get(engine)
+    if found is None:
+        row = connection.execute(
+            text("SELECT to_jsonb(d) FROM pg_database d WHERE datname = current_database()")
+        ).scalar_one()
+        found = tuple((k, str(row[k])) for k in _SETTINGS if row.get(k) is not None)
+        _DEFAULTS[engine] = found
+    return found
+
+
+def check_defaults(
+    ranked: Mapping[int, ServerOrder], connections: Mapping[str, Connection]
+) -> None:
+    """Refuse ranking strings under the default collation across ``connections`` (database
+    name -> connection) whose databases' defaults differ (:class:`UnsupportedShardQuery`)."""
+    if len(connections) < 2 or all(o.collation is not None for o in ranked.values()):
+        return
+    defaults = {name: _default_of(c) for name, c in connections.items()}
+    if len(set(defaults.values())) == 1:
+        return
+    listed = "; ".join(
+        f"{name!r}: " + ", ".join(f"{k}={v}" for k, v in found)
+        for name, found in defaults.items()
+    )
+    raise UnsupportedShardQuery(
+        "ORDER BY or MIN/MAX of strings under the default collation across databases whose "
+        f"default collations differ ({listed}): one table would order them one way, these "
+        "databases order them differently; name the collation in the query "
+        '(.collate("en-x-icu")) or declare the column String(..., collation=...)'
+    )
+
+
+class Collated:
+    """A string in a streamed merge, compared by the rank :class:`StreamRanks` holds for it
+    at the time of the comparison (ranks are renumbered as batches come and go, but two
+    held strings always compare as the collation orders them)."""
+
+    __slots__ = ("ranks", "value")
+
+    def __init__(self, value: str, ranks: list[dict[str, int]]) -> None:
+        self.value = value
+        self.ranks = ranks
+        """A one-item list holding the current table of ranks (replaced as batches go)."""
+
+    def _rank(self) -> int:
+        return self.ranks[0][self.value]
+
+    def __lt__(self, other: Collated) -> bool:
+        return self._rank() < other._rank()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Collated) and self._rank() == other._rank()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class StreamRanks:
+    """Ranks of the strings a streamed merge holds: the current batch of each source.
+
+    ``helpers`` maps each ranked helper column to its position in a raw row and its
+    :class:`~snowshard.sharding.collation.ServerOrder`. Each :meth:`hold` of a new batch
+    ranks that batch's strings together with those of the other sources' batches still held
+    (one statement, only when some string is new); strings of batches already merged are
+    forgotten.
+    """
+
+    def __init__(
+        self, rank: Ranker, helpers: Mapping[int, tuple[int, ServerOrder]], sources: int
+    ) -> None:
+        self._rank = rank
+        self._helpers = dict(helpers)
+        self._held: dict[int, list[set[str]]] = {
+            h: [set() for _ in range(sources)] for h in helpers
+        }
+        self._tables: dict[int, list[dict[str, int]]] = {h: [{}] for h in helpers}
+
+    def hold(self, batches: Mapping[int, Sequence[Any]]) -> None:
+        """The batches just read (source number -> raw rows) replace those sources' last."""
+        for helper, (position, order) in self._helpers.items():
+            held = self._held[helper]
+            fresh = False
+            for source, rows in batches.items():
+                strings = {row[position] for row in rows}
+                strings.discard(None)
+                held[source] = strings
+                fresh = fresh or not strings <= self._tables[helper][0].keys()
+            if fresh:
+                # the one table Collated keys read, replaced in the list they share
+                self._tables[helper][0] = self._rank(order, set().union(*held))
+
+    def reader(self, helper: int) -> Callable[[Any], Any]:
+        """The sort value of a raw row's ranked helper: None or a :class:`Collated`."""
+        position = self._helpers[helper][0]
+        tables = self._tables[helper]
+
+        def read(row: Any) -> Any:
+            value = row[position]
+            return None if value is None else Collated(value, tables)
+
+        return read
