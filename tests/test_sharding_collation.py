@@ -18,7 +18,9 @@ from sqlalchemy import (
     Enum,
     Integer,
     String,
+    Text,
     column,
+    event,
     func,
     case,
     literal_column,
@@ -39,10 +41,13 @@ from snowshard.sharding import (
 )
 from snowshard.sharding.collation import (
     EQUALITY,
+    MIXED,
     ORDERING,
+    ServerOrder,
     check_strings,
     collation_of,
     compares_like_python,
+    server_order,
     weight_of,
 )
 from tests.backends import DatabaseFactory, async_url
@@ -159,6 +164,75 @@ def test_a_collate_inside_a_comparison_does_not_reach_the_result() -> None:
     x = column("x", String(20, collation="C"))
     y = column("y", String(20, collation="C"))
     assert collation_of(case((x.collate(ICU) > "a", y), else_=y), "postgresql")[1] == "C"
+
+
+_SWEDISH = column("sv", String(20, collation="sv-x-icu"))
+_CODE_POINT = column("c", String(20, collation="C"))
+_DEFAULT = column("d", String(20))
+
+
+def test_a_function_takes_its_columns_collation() -> None:
+    """concat(x, '!') and substr(x, ...) (typed or not) have x's declared collation, not
+    the database's default."""
+    assert collation_of(func.concat(_SWEDISH, "!"), "postgresql")[1] == "sv-x-icu"
+    typed = func.substr(_SWEDISH, 1, 3, type_=String(20))
+    assert server_order(typed, "postgresql") == ServerOrder("sv-x-icu")
+    assert server_order(func.concat(_CODE_POINT, "!"), "postgresql") is None  # exact
+
+
+def test_a_case_operand_and_a_window_order_pass_no_collation() -> None:
+    """A simple CASE's operand and a window's ORDER BY do not decide the value's
+    collation: its results and its function do."""
+    operand = case({"a": _SWEDISH}, value=_CODE_POINT.collate("C"), else_=_SWEDISH)
+    assert collation_of(operand, "postgresql")[1] == "sv-x-icu"
+    window = func.max(_SWEDISH).over(order_by=_CODE_POINT.collate("C"))
+    assert collation_of(window, "postgresql")[1] == "sv-x-icu"
+
+
+def test_a_number_inside_passes_no_collation_and_an_untyped_part_may() -> None:
+    """char_length(x COLLATE "C") is a number: substr(sv, 1, it) stays Swedish; an untyped
+    function in its place may pass "C" on or not, so the value's collation is unknown."""
+    known = func.substr(_SWEDISH, 1, func.char_length(_CODE_POINT.collate("C")), type_=String)
+    assert collation_of(known, "postgresql")[1] == "sv-x-icu"
+    untyped = func.substr(_SWEDISH, 1, func.length(_CODE_POINT.collate("C")), type_=String)
+    assert collation_of(untyped, "postgresql")[1] == MIXED
+    assert server_order(untyped, "postgresql") is None
+
+
+def test_columns_of_different_collations_are_refused() -> None:
+    """concat of a "C" and a default column has no one collation: refused, not ranked."""
+    mixed = func.concat(_CODE_POINT, _DEFAULT)
+    assert server_order(mixed, "postgresql") is None
+    with pytest.raises(UnsupportedShardQuery, match="ORDER BY"):
+        check_strings(mixed, "postgresql", ORDERING, "ORDER BY")
+
+
+def test_the_collation_named_default_is_the_databases_default() -> None:
+    """.collate("default") is ranked as the default is, so differing defaults are refused."""
+    assert server_order(_DEFAULT.collate("default"), "postgresql") == ServerOrder(None)
+
+
+class CITEXT(Text):
+    """PostgreSQL's citext as a user declares it where SQLAlchemy has none (the floor,
+    2.0.2, has no ``postgresql.CITEXT``): snowshard knows it by name, whichever class."""
+
+    __visit_name__ = "CITEXT"
+    cache_ok = True
+
+
+def test_citext_is_never_compared_in_python_nor_ranked() -> None:
+    """CITEXT compares lower-cased: no merge orders or matches it, whatever the collation."""
+    citext = column("t", CITEXT())
+    assert server_order(citext, "postgresql") is None
+    for need in (ORDERING, EQUALITY):
+        with pytest.raises(UnsupportedShardQuery, match="CITEXT"):
+            check_strings(citext, "postgresql", need, "ORDER BY")
+
+
+def test_an_enum_is_not_ranked() -> None:
+    """A non-native Enum reads back as Python enum members in ORM rows: never ranked."""
+    status = column("s", Enum("new", "paid", native_enum=False, length=10))
+    assert server_order(status, "postgresql") is None
 
 
 def test_a_typed_function_is_not_a_string() -> None:
@@ -348,6 +422,47 @@ def test_order_by_any_collation_merges_by_rank_on_postgresql(
     buffered, with a LIMIT, and streamed two rows at a time, the merge equals one table."""
     got = _same_as_twin(words, lambda m: _ordered(m, collation, descending, how))
     assert len(got) == (5 if how == "limit" else len(WORDS))
+
+
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_derived_collations_order_as_one_table_on_postgresql(words: Words) -> None:
+    """concat() of a "C" column merges by code point; a CASE whose operand says COLLATE "C"
+    but whose results are default strings is ranked; two ORDER BY strings under two
+    collations are ranked each by its own: all equal one table."""
+    concat = _same_as_twin(
+        words, lambda m: select(m.binary, m.id).order_by(func.concat(m.binary, ""), m.id)
+    )
+    assert [r[0] for r in concat] == sorted(WORDS)
+    by_case = _same_as_twin(
+        words,
+        lambda m: select(m.plain, m.id).order_by(
+            case({"zz": m.plain}, value=m.binary.collate("C"), else_=m.plain), m.id
+        ),
+    )
+    assert [r[0] for r in by_case] != sorted(WORDS)
+    _same_as_twin(
+        words,
+        lambda m: select(m.plain, m.id).order_by(
+            m.plain.desc(), m.language.collate("sv-x-icu"), m.id
+        ).limit(9),
+    )
+
+
+@pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)
+def test_a_session_with_its_own_orm_hook_ranks_strings_too(words: Words) -> None:
+    """With a do_orm_execute listener of the user's, the sources run through the session
+    one by one (so the listener sees each); their strings are still ranked."""
+    m, twin = words.sharded, words.twin
+    seen: list[Any] = []
+    with words.world.session() as session:
+        event.listen(session, "do_orm_execute", lambda state: seen.append(state.statement))
+        got = session.execute(select(m.plain, m.id).order_by(m.plain.desc(), m.id)).all()
+        expected = session.execute(
+            select(twin.plain, twin.id).order_by(twin.plain.desc(), twin.id)
+        ).all()
+    assert got == expected
+    assert [r[0] for r in got] != sorted(WORDS, reverse=True)
+    assert len(seen) > 2, "the sources did not run through the session"
 
 
 @pytest.mark.parametrize("words", [BACKENDS[1]], indirect=True)

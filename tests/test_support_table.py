@@ -152,7 +152,12 @@ EXAMPLES: dict[str, list[Example]] = {
             ordered=True,
         ),
         Example(
-            "refused",
+            "refused",  # a string of unknown length under a case-insensitive collation
+            lambda w: select(func.concat(w.Order.status.collate("utf8mb4_general_ci"), "x")).distinct(),
+            backends=("mysql",),
+        ),
+        Example(  # concat() takes its column's code-point collation
+            "merged",
             lambda w: select(func.concat(w.Order.status, "x")).distinct(),
             backends=("mysql",),
         ),

@@ -58,16 +58,25 @@ the database itself and never reaches these checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CHAR, NCHAR, Boolean, Enum, String
+from sqlalchemy import CHAR, NCHAR, Enum, String
 from sqlalchemy.dialects import registry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import BinaryExpression, CollationClause
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    Case,
+    CollationClause,
+    ColumnClause,
+    FunctionFilter,
+    Over,
+    WithinGroup,
+)
 from sqlalchemy.sql.selectable import SelectBase
 from sqlalchemy.types import NullType, TypeDecorator
 
@@ -110,10 +119,6 @@ _ADVICE = {
     "sqlite": "compare with SQLite's default BINARY collation (drop the COLLATE)",
 }
 _ADVICE["mariadb"] = _ADVICE["mysql"]
-_RANKABLE = (
-    " (on PostgreSQL, ORDER BY and MIN/MAX of a String column or expression merge by the"
-    " database's own ranking of the values)"
-)
 
 
 @dataclass(frozen=True)
@@ -151,18 +156,16 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     """``(is_string, collation, type)`` of an expression on ``dialect``.
 
     ``is_string`` is None when the expression's type is unknown and none of its parts has
-    a type; ``collation`` is the name ``.collate()`` or the column type gives, None for the
-    database's default; ``type`` the expression's type for that dialect (``NullType`` for
+    a type; ``collation`` is the one its value has (:func:`_derived`: a ``.collate()``, the
+    type's, its columns'), None for the database's default; ``type`` the expression's type for that dialect (``NullType`` for
     an untyped function taken for a string because of its string argument).
     """
     plain = bare(element)
-    explicit = _explicit(plain)
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
-        return True, explicit, _type_for(plain.left.type, dialect)
+        return True, _explicit(plain), _type_for(plain.left.type, dialect)
     type_ = _type_for(getattr(plain, "type", None), dialect)
-    if isinstance(type_, String):
-        # a COLLATE inside (max(x COLLATE c), x COLLATE c || y) is the result's collation
-        return True, explicit or type_.collation, type_
+    if isinstance(type_, String) or _folded(type_):
+        return True, _derived(plain, type_, dialect), type_
     if type_ is not None and not isinstance(type_, NullType):
         return False, None, type_
     parts = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
@@ -177,22 +180,81 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     return None, None, NullType()
 
 
+MIXED = "(different implicit collations)"
+"""What :func:`collation_of` gives an expression whose string parts come from columns of
+different collations (PostgreSQL cannot order it; neither can a merge)."""
+
+
 def _explicit(element: Any) -> str | None:
-    """The collation a ``COLLATE`` clause gives ``element`` or, through the functions,
-    operators and CASE results it is made of, gives its value (an explicit collation
-    decides the result's on PostgreSQL and MariaDB alike); None if there is none. A
-    comparison (a boolean) or a subquery passes none on."""
+    """The name a ``COLLATE`` clause ``element`` gives."""
+    right = bare(element.right)
+    return right.collation if isinstance(right, CollationClause) else None
+
+
+def _carriers(element: Any) -> Iterable[Any]:
+    """The parts of ``element`` whose collation its value takes: a CASE's results (not its
+    operand or conditions), a window function's function (not its PARTITION or ORDER BY),
+    a function's arguments and an operator's operands; none of a subquery's."""
+    if isinstance(element, Case):
+        return [*(result for _, result in element.whens), element.else_]
+    if isinstance(element, (Over, WithinGroup, FunctionFilter)):
+        return [element.element]
+    if isinstance(element, SelectBase):
+        return []
+    return list(element.get_children())
+
+
+def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None:
+    """The collation a ``COLLATE`` clause in ``element`` gives its value, if any; else adds
+    to ``implicit`` the collation of each column its value comes from. Parts that are no
+    strings (a number, a comparison) pass no collation on; an untyped part (a function
+    without ``type_=``) holding a column or a ``COLLATE`` may or may not pass one on: it
+    adds :data:`MIXED`."""
     plain = bare(element)
-    if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
-        right = bare(plain.right)
-        return right.collation if isinstance(right, CollationClause) else None
-    if isinstance(plain, SelectBase) or isinstance(getattr(plain, "type", None), Boolean):
+    if plain is None:
         return None
-    for child in plain.get_children():
-        found = _explicit(child)
+    if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
+        return _explicit(plain)
+    type_ = _type_for(getattr(plain, "type", None), dialect)
+    if type_ is not None and not isinstance(type_, (String, NullType)) and not _folded(type_):
+        return None
+    if isinstance(plain, ColumnClause):
+        implicit.add(getattr(type_, "collation", None))
+        return None
+    if isinstance(type_, NullType):
+        inner: set[str | None] = set()
+        named = [_gather(part, dialect, inner) for part in _carriers(plain)]
+        if inner or any(n is not None for n in named):
+            implicit.add(MIXED)
+        return None
+    for part in _carriers(plain):
+        found = _gather(part, dialect, implicit)
         if found is not None:
             return found
     return None
+
+
+def _derived(element: Any, type_: Any, dialect: str) -> str | None:
+    """The collation a string expression's value has, as PostgreSQL and MariaDB derive it:
+    a ``COLLATE`` inside it (``max(x COLLATE c)``, ``x COLLATE c || y``), else the one its
+    type declares, else its columns' one (``concat(x, '!')`` has ``x``'s), :data:`MIXED`
+    where those differ; None for the database's default."""
+    implicit: set[str | None] = set()
+    explicit = _gather(element, dialect, implicit)
+    if explicit is not None:
+        return explicit
+    if getattr(type_, "collation", None):
+        return str(type_.collation)
+    if len(implicit) > 1 or MIXED in implicit:
+        return MIXED
+    return next(iter(implicit), None)
+
+
+def _folded(type_: Any) -> bool:
+    """Whether ``type_`` is PostgreSQL's case-insensitive ``CITEXT``, which compares its
+    strings lower-cased, whatever the collation (any version's class, or a user type)."""
+    names = {type(type_).__name__, str(getattr(type_, "__visit_name__", ""))}
+    return "CITEXT" in {name.upper() for name in names}
 
 
 def _postgres_deterministic(name: str) -> bool:
@@ -233,13 +295,19 @@ def _padded(type_: Any, dialect: str) -> bool:
 
 
 def _exact(collation: str | None, type_: Any, dialect: str, need: str) -> bool:
-    return compares_like_python(collation, dialect, need) and not _padded(type_, dialect)
+    return (
+        compares_like_python(collation, dialect, need)
+        and not _padded(type_, dialect)
+        and not _folded(type_)
+    )
 
 
 def _comparison(collation: str | None, type_: Any, dialect: str, need: str) -> str:
     """How the database compares these strings, for a refusal's message."""
     if _padded(type_, dialect) and compares_like_python(collation, dialect, need):
         return "fixed-length CHAR rules (trailing spaces ignored; use String)"
+    if _folded(type_):
+        return "CITEXT rules (case ignored)"
     if collation is not None:
         return f"the collation {collation!r}"
     return "the database's default collation, which snowshard cannot see before the query runs"
@@ -292,7 +360,6 @@ def _check(
         f"could differ from one table's; {_ADVICE.get(dialect, 'route it to one shard')}, "
         "or route the query to one shard (a shard key in WHERE)"
         + (weighable if dialect in _WEIGHTED else "")
-        + (_RANKABLE if dialect == "postgresql" else "")
     )
 
 
@@ -346,11 +413,15 @@ def server_order(element: Any, dialect: str) -> ServerOrder | None:
         not is_string
         or not isinstance(type_, String)
         or isinstance(declared, TypeDecorator)
+        or isinstance(type_, Enum)  # an ORM row holds a Python enum, not the string
         or _padded(type_, dialect)
-        or _native_enum(type_, dialect)
+        or _folded(type_)
+        or collation == MIXED
         or _exact(collation, type_, dialect, ORDERING)
     ):
         return None
+    if collation is not None and collation.strip('"').lower() == "default":
+        return ServerOrder(None)  # the database's default: checked to agree like None
     return ServerOrder(collation)
 
 

@@ -586,8 +586,14 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             state.bind_arguments[BIND_KEY] = step.database
             return None
     rank = None
-    if plan.merge is not None:
-        rank = merge_ranker(state, plan.merge, [step.database for step in plan.steps])
+    if plan.merge is not None and plan.merge.ranked:
+        connections = {
+            step.database: state.session.connection(
+                bind_arguments={**state.bind_arguments, BIND_KEY: step.database}
+            )
+            for step in plan.steps
+        }
+        rank = merge_ranker(plan.merge, connections, plan.steps[0].database)
     results = [_run(state, step.statement, step.database, given) for step in plan.steps]
     if plan.merge is not None:
         return plan.merge.merge(results, rank)

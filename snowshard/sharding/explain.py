@@ -152,7 +152,9 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
         collations = ", ".join(sorted({order.describe() for order in merge.ranked.values()}))
         merged.append(
             "strings ordered (ORDER BY, MIN/MAX) by the ranks one database gives them under "
-            f"{collations} (one more statement; a streamed merge, one per batch it reads)"
+            f"{collations} (one more statement per collation; a merge of rows, one more per "
+            "later batch that brings new strings; a default collation must be the same on "
+            "every database read, checked when it runs)"
         )
     if merge.distinct:
         merged.append(

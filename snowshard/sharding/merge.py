@@ -73,7 +73,7 @@ from snowshard.sharding.collation import (
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel
-from snowshard.sharding.ranking import Ranker
+from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
 
@@ -340,9 +340,9 @@ class MergePlan:
             if found is not None and found in weights:  # a key grouped by weight sorts by it
                 self.order.append((itemgetter(weights[found]), descending, nulls_first))
                 continue
-            ranked = self._ranked(expr)
+            ranked = self._register_rank(expr)
             if ranked is not None:  # a PostgreSQL string: sorted by the database's ranks
-                self.order.append((_Rank(ranked), descending, nulls_first))
+                self.order.append((_ByRank(ranked), descending, nulls_first))
                 continue
             extreme = self._extreme(_unwrap(expr))
             if extreme is not None:  # so does MIN/MAX of such a string
@@ -361,10 +361,10 @@ class MergePlan:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
 
-    def _ranked(self, expr: Any) -> int | None:
+    def _register_rank(self, expr: Any) -> int | None:
         """For a GROUP BY key or ``MIN(x)``/``MAX(x)`` of a PostgreSQL string whose collation
-        Python does not reproduce (:func:`~.collation.server_order`): its helper, whose
-        values the merge ranks. None for anything else."""
+        Python does not reproduce (:func:`~.collation.server_order`): its helper, now in
+        :attr:`ranked` (the merge ranks its values). None for anything else."""
         plain = _unwrap(expr)
         found = self.atoms.key(plain)
         if found is not None:
@@ -383,8 +383,9 @@ class MergePlan:
         """For ``MIN(x)``/``MAX(x)`` of a string that the merge picks by weight
         (:func:`~.collation.extreme_weight`): the helper of that weight, pushed down beside
         the aggregate's. None for other expressions, for values Python compares as the
-        database does, and for PostgreSQL strings picked by rank (:meth:`_ranked`)."""
-        if not _is_extreme(element) or self._ranked(element) is not None:
+        database does, and for PostgreSQL strings picked by rank (registered here, by
+        :meth:`_register_rank`)."""
+        if not _is_extreme(element) or self._register_rank(element) is not None:
             return None
         weight = extreme_weight(element, self.dialect)
         if weight is None:
@@ -399,17 +400,14 @@ class MergePlan:
         self, rank: Ranker | None, rows: Sequence[Sequence[Any]], offset: int
     ) -> dict[int, dict[str, int]]:
         """Each ranked helper's table of ranks over ``rows`` (the helper ``i`` of a row at
-        ``offset + i``), from one statement per helper."""
+        ``offset + i``), from one statement per collation."""
         if not self.ranked:
             return {}
-        if rank is None:
-            raise TypeError("this merge orders strings by a database's ranks: pass rank=")
-        tables = {}
-        for helper, order in self.ranked.items():
-            strings = {row[offset + helper] for row in rows}
-            strings.discard(None)
-            tables[helper] = rank(order, strings)
-        return tables
+        columns = {
+            helper: (order, [row[offset + helper] for row in rows])
+            for helper, order in self.ranked.items()
+        }
+        return rank_columns(required(rank), columns)
 
     def _merge_groups(
         self,
@@ -537,7 +535,7 @@ def _pair_reader(
     """Reads an ORDER BY value of a merged group (outputs, values) with ``fn``."""
     if isinstance(fn, _output):
         return lambda pair: fn(pair[0])
-    if isinstance(fn, _Rank):
+    if isinstance(fn, _ByRank):
         read = _ranked_reader(fn.helper, ranks[fn.helper])
         return lambda pair: read(pair[1])
     return lambda pair: fn(pair[1])
@@ -558,7 +556,7 @@ def _is_extreme(element: Any) -> bool:
     return isinstance(element, FunctionElement) and str(element.name).lower() in ("min", "max")
 
 
-class _Rank:
+class _ByRank:
     """An ORDER BY of a merged group by the rank of a helper's string (a GROUP BY key or
     MIN/MAX the database ranked)."""
 

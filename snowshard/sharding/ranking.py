@@ -9,22 +9,27 @@ compare, in one statement::
 
     SELECT v, dense_rank() OVER (ORDER BY v COLLATE "en-x-icu") FROM unnest(:strings) AS v
 
-and compares ranks instead of strings. Dense ranks tie where the collation calls strings
-equal, as one table's ORDER BY does. A buffered merge ranks every candidate at once (a
-top-20 over 4 databases: one more statement, of at most 80 strings); a streamed merge ranks
-the strings of the batches it holds each time it reads another (:class:`StreamRanks`), so
-its memory stays O(sources x batch).
+and compares ranks instead of strings (one statement per collation the merge ranks by,
+whatever the number of expressions). Dense ranks tie where the collation calls strings
+equal, as one table's ORDER BY does. A merge of rows reads every source's first batch
+(up to 1,000 rows, or ``yield_per``) and ranks their strings at once: a top-20 over 4
+databases costs one more statement, of at most 80 strings. Each later batch that brings
+strings not yet ranked is ranked again with the strings the other sources' batches still
+hold (:class:`HeldRanks`), so memory stays O(sources x batch). A grouped merge ranks the
+GROUP BY keys and MIN/MAX values of all its partial rows at once.
 
 Ranks from one database stand for every database's order only if they all order alike.
-Under a named collation they do (the statement names it on each). The *default* collation
-is each database's own: :func:`check_defaults` reads it once per engine and refuses a merge
-across databases whose defaults differ, before the merge's statement runs.
+The statement names the collation, so a named one is the one of that name on each
+database (snowshard assumes the servers build it alike, as for any query). The *default*
+collation is each database's own: :func:`check_defaults` reads how each database defines
+it (provider, locale, version; once per engine) when the merge runs, before its statement
+is sent, and refuses a merge across databases that define it differently.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -36,20 +41,28 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = [
     "Collated",
+    "HeldRanks",
     "Ranker",
-    "StreamRanks",
     "check_defaults",
     "database_ranker",
+    "rank_columns",
     "rank_statement",
+    "required",
 ]
 
 Ranker = Callable[[ServerOrder, Collection[str]], dict[str, int]]
 """Dense ranks of distinct strings under a collation (equal strings share a rank)."""
 
 _STRINGS = "snowshard_strings"
-_SETTINGS = ("datcollate", "datlocprovider", "daticulocale", "datlocale", "daticurules")
-"""The ``pg_database`` columns that decide how a database's default collation orders
-strings (the ICU columns differ between PostgreSQL versions; those present are read)."""
+_SETTINGS = {
+    "c": ("datcollate", "datcollversion"),
+    "i": ("daticulocale", "datlocale", "daticurules", "datcollversion"),
+    "b": ("datlocale", "datcollversion"),
+}
+"""Per provider of the default collation (``datlocprovider``: libc, ICU, builtin), the
+``pg_database`` columns that decide how it orders strings (columns differ between
+PostgreSQL versions; those present are read). The version changes when the library
+that sorts (glibc, ICU) does."""
 _DEFAULTS: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], ...]] = (
     weakref.WeakKeyDictionary()
 )
@@ -68,9 +81,28 @@ def rank_statement(collation: str | None) -> Any:
     return select(value, func.dense_rank().over(order_by=ordered))
 
 
+def required(rank: Ranker | None) -> Ranker:
+    """``rank``, which a merge of ranked strings cannot do without."""
+    if rank is None:
+        raise TypeError("this merge orders strings by a database's ranks: pass rank=")
+    return rank
+
+
+def rank_columns(
+    rank: Ranker, columns: Mapping[int, tuple[ServerOrder, Iterable[Any]]]
+) -> dict[int, dict[str, int]]:
+    """Ranks of the strings of each column (``helper -> (order, values)``; NULLs left
+    out), one statement per collation: columns ranked alike share one table."""
+    by_order: dict[ServerOrder, set[str]] = {}
+    for order, values in columns.values():
+        by_order.setdefault(order, set()).update(v for v in values if v is not None)
+    tables = {order: rank(order, strings) for order, strings in by_order.items()}
+    return {helper: tables[order] for helper, (order, _) in columns.items()}
+
+
 def database_ranker(connection: Connection) -> Ranker:
-    """A :data:`Ranker` that asks ``connection``'s database (in the session's transaction:
-    the strings of rows not yet committed rank too)."""
+    """A :data:`Ranker` that asks ``connection``'s database (one of those the merge read,
+    in the session's transaction)."""
 
     def rank(order: ServerOrder, strings: Collection[str]) -> dict[str, int]:
         if not strings:
@@ -91,7 +123,11 @@ def _default_of(connection: Connection) -> tuple[tuple[str, str], ...]:
         row = connection.execute(
             text("SELECT to_jsonb(d) FROM pg_database d WHERE datname = current_database()")
         ).scalar_one()
-        found = tuple((k, str(row[k])) for k in _SETTINGS if row.get(k) is not None)
+        provider = str(row.get("datlocprovider", "c"))
+        keys = _SETTINGS.get(provider, tuple(sorted(row)))
+        found = (("datlocprovider", provider),) + tuple(
+            (k, str(row[k])) for k in keys if row.get(k) is not None
+        )
         _DEFAULTS[engine] = found
     return found
 
@@ -119,7 +155,7 @@ def check_defaults(
 
 
 class Collated:
-    """A string in a streamed merge, compared by the rank :class:`StreamRanks` holds for it
+    """A string in a merge of rows, compared by the rank :class:`HeldRanks` holds for it
     at the time of the comparison (ranks are renumbered as batches come and go, but two
     held strings always compare as the collation orders them)."""
 
@@ -142,8 +178,8 @@ class Collated:
     __hash__ = None  # type: ignore[assignment]
 
 
-class StreamRanks:
-    """Ranks of the strings a streamed merge holds: the current batch of each source.
+class HeldRanks:
+    """Ranks of the strings a merge of rows holds: the current batch of each source.
 
     ``helpers`` maps each ranked helper column to its position in a raw row and its
     :class:`~snowshard.sharding.collation.ServerOrder`. Each :meth:`hold` of a new batch
@@ -163,18 +199,25 @@ class StreamRanks:
         self._tables: dict[int, list[dict[str, int]]] = {h: [{}] for h in helpers}
 
     def hold(self, batches: Mapping[int, Sequence[Any]]) -> None:
-        """The batches just read (source number -> raw rows) replace those sources' last."""
-        for helper, (position, order) in self._helpers.items():
+        """The batches just read (source number -> raw rows) replace those sources' last;
+        their strings are ranked, with all others held, if some are new."""
+        fresh = False
+        for helper, (position, _) in self._helpers.items():
             held = self._held[helper]
-            fresh = False
             for source, rows in batches.items():
                 strings = {row[position] for row in rows}
                 strings.discard(None)
                 held[source] = strings
                 fresh = fresh or not strings <= self._tables[helper][0].keys()
-            if fresh:
-                # the one table Collated keys read, replaced in the list they share
-                self._tables[helper][0] = self._rank(order, set().union(*held))
+        if not fresh:
+            return
+        columns = {
+            helper: (order, set().union(*self._held[helper]))
+            for helper, (_, order) in self._helpers.items()
+        }
+        for helper, table in rank_columns(self._rank, columns).items():
+            # the one table Collated keys read, replaced in the list they share
+            self._tables[helper][0] = table
 
     def reader(self, helper: int) -> Callable[[Any], Any]:
         """The sort value of a raw row's ranked helper: None or a :class:`Collated`."""

@@ -26,7 +26,7 @@ thread that opened them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -99,21 +99,16 @@ def _prepare(state: ORMExecuteState, step: Any, options: Any, params: Any) -> _P
 
 
 def merge_ranker(
-    state: ORMExecuteState, plan: MergePlan, databases: Sequence[str]
+    plan: MergePlan, connections: Mapping[str, Connection], first: str
 ) -> Ranker | None:
-    """How the merge ranks strings (:attr:`MergePlan.ranked`): by the first of ``databases``,
-    in the session's transaction; None if it ranks none. Refuses, before the statement
-    runs, ranking by a default collation that ``databases`` do not share
-    (:func:`~snowshard.sharding.ranking.check_defaults`)."""
+    """How the merge ranks strings (:attr:`MergePlan.ranked`): by database ``first``, on its
+    connection in the session's transaction; None if it ranks none. Refuses, before the
+    statement runs, ranking by a default collation that the databases of ``connections``
+    (all the merge reads) do not share (:func:`~snowshard.sharding.ranking.check_defaults`)."""
     if not plan.ranked:
         return None
-    session: Any = state.session
-    connections = {
-        database: session.connection(bind_arguments={**state.bind_arguments, BIND_KEY: database})
-        for database in dict.fromkeys(databases)
-    }
     check_defaults(plan.ranked, connections)
-    return database_ranker(connections[databases[0]])
+    return database_ranker(connections[first])
 
 
 def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Result[Any]:
@@ -127,7 +122,7 @@ def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Res
     for one in prepared:  # in this thread: begins each database's transaction if needed
         if one.database not in connections:
             connections[one.database] = session.connection(bind_arguments=one.arguments)
-    rank = merge_ranker(state, plan, [p.database for p in prepared])
+    rank = merge_ranker(plan, connections, prepared[0].database)
     tasks: list[Callable[[], list[tuple[int, CursorResult[Any]]]]] = []
     for database, connection in connections.items():
         mine = [(i, p) for i, p in enumerate(prepared) if p.database == database]

@@ -52,7 +52,7 @@ from snowshard._compat import (
     several_rows_per_object,
 )
 from snowshard.sharding.merge import MergePlan, sort_key
-from snowshard.sharding.ranking import Ranker, StreamRanks
+from snowshard.sharding.ranking import HeldRanks, Ranker, required
 
 __all__ = ["STREAM_BATCH", "Source", "can_stream", "helper_label", "merge_sources"]
 
@@ -93,14 +93,14 @@ def _positions(plan: MergePlan, raw: CursorResult[Any]) -> list[int] | None:
 
 
 def _sort_key(
-    plan: MergePlan, positions: Sequence[int], ranks: StreamRanks | None
+    plan: MergePlan, positions: Sequence[int], held: HeldRanks | None
 ) -> tuple[Callable[[Any], Any], bool]:
     # MergePlan.order counts helpers from the end of an ORM row: map them to raw positions
     readers = []
     for index, descending, nulls_first in plan.order:
         helper = plan.helpers + index
-        if ranks is not None and helper in plan.ranked:
-            readers.append((ranks.reader(helper), descending, nulls_first))
+        if held is not None and helper in plan.ranked:
+            readers.append((held.reader(helper), descending, nulls_first))
         else:
             readers.append((itemgetter(positions[helper]), descending, nulls_first))
     key, reverse = sort_key(readers)
@@ -121,17 +121,18 @@ def _read(
     source: Source,
     batch: int,
     first: list[Any] | None,
-    ranks: StreamRanks | None,
+    held: HeldRanks | None,
 ) -> Iterator[tuple[int, Any]]:
     """``source``'s rows, from its ``first`` batch if already read; each batch read here is
-    held by ``ranks`` (when the merge ranks strings)."""
+    held by ``held`` (when the merge ranks strings)."""
     rows = first if first is not None else fetch_raw(source.raw, batch)
+    del first  # the batch is held by ``rows`` only, and let go with it
     while rows:
         for row in rows:
             yield number, row
         rows = fetch_raw(source.raw, batch)
-        if ranks is not None:
-            ranks.hold({number: rows})
+        if held is not None:
+            held.hold({number: rows})
 
 
 def can_stream(plan: MergePlan, sources: Sequence[Source]) -> bool:
@@ -177,19 +178,19 @@ def merge_sources(
     assert positions is not None
     size = batch or STREAM_BATCH
     firsts: list[list[Any] | None] = [None] * len(sources)
-    ranks = None
+    held = None
     if plan.ranked and plan.order:
-        if rank is None:
-            raise TypeError("this merge orders strings by a database's ranks: pass rank=")
         helpers = {h: (positions[h], order) for h, order in plan.ranked.items()}
-        ranks = StreamRanks(rank, helpers, len(sources))
+        held = HeldRanks(required(rank), helpers, len(sources))
         read = [fetch_raw(s.raw, size) for s in sources]
-        ranks.hold(dict(enumerate(read)))  # every source's first batch: one statement
+        held.hold(dict(enumerate(read)))  # every source's first batch: one statement
         firsts = list(read)
-    streams = [_read(n, s, size, firsts[n], ranks) for n, s in enumerate(sources)]
+        del read
+    streams = [_read(n, s, size, firsts[n], held) for n, s in enumerate(sources)]
+    del firsts  # each stream lets its first batch go once it is merged
     merged: Iterable[tuple[int, Any]]
     if plan.order:
-        key, reverse = _sort_key(plan, positions, ranks)
+        key, reverse = _sort_key(plan, positions, held)
         merged = heapq.merge(*streams, key=key, reverse=reverse)
     else:
         merged = itertools.chain.from_iterable(streams)
