@@ -122,14 +122,15 @@ def declare(databases: int) -> tuple[Any, Any, sa.MetaData]:
 
 
 @contextmanager
-def postgres_databases(server: str, count: int) -> Iterator[list[URL]]:
-    """``count`` new databases ``snowshard_bench_*`` on ``server``, dropped afterwards."""
+def postgres_databases(server: str, count: int, options: str = "") -> Iterator[list[URL]]:
+    """``count`` new databases ``snowshard_bench_*`` on ``server``, dropped afterwards;
+    ``options`` ends their CREATE DATABASE (a locale, say)."""
     names = [f"snowshard_bench_{secrets.token_hex(4)}" for _ in range(count)]
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             for name in names:
-                conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE template0')
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE template0 {options}')
         yield [make_url(server).set(database=n) for n in names]
     finally:
         with admin.connect() as conn:

@@ -198,6 +198,21 @@ def test_bench_sharding_runs_and_drops_its_databases(postgres_url: str) -> None:
 
 
 @pytest.mark.slow
+def test_bench_string_order_runs_and_drops_its_databases(postgres_url: str) -> None:
+    """bench_string_order prints the four reads with ratios to the plain one, and the
+    ranking's own cost; its databases are gone."""
+    output = _run(
+        "bench_string_order.py", "--postgres", postgres_url,
+        "--rows", "200", "--rounds", "1", "--calls", "2",
+    )  # fmt: skip
+    for measure in ("plain by name", "sharded by name", "plain by id", "sharded by id"):
+        assert len(_ratios(output, measure)) == 1, output
+    assert _ratios(output, "plain by name") == ["1.00x"]
+    assert re.search(r"^ranking +[+-]\d+ µs per call$", output, re.MULTILINE), output
+    assert _existing(postgres_url, _dropped(output, 2)) == []
+
+
+@pytest.mark.slow
 def test_bench_instructions_counts_each_variant() -> None:
     """bench_instructions prints instructions per call of plain and sharded, and a ratio."""
     output = _run(
