@@ -579,12 +579,21 @@ def list_test_databases(backend: str, server_url: str) -> list[str]:
         return [row[0] for row in conn.execute(sa.text(sql), {"p": pattern})]
 
 
+def icu_locale(locale: str) -> str:
+    """A PostgreSQL database's default collation: ICU's ``locale`` (language rules)."""
+    return f"LOCALE_PROVIDER icu ICU_LOCALE '{locale}'"
+
+
+def libc_locale(locale: str) -> str:
+    """A PostgreSQL database's default collation: the C library's ``locale``."""
+    return f"LOCALE_PROVIDER libc LOCALE '{locale}'"
+
+
 def _create_database(
-    backend: str, server_url: str, name: str, icu_locale: str | None = None
+    backend: str, server_url: str, name: str, pg_locale: str | None = None
 ) -> str:
     if backend == "postgresql":
-        # an ICU locale: the database's default collation orders by its language rules
-        locale = "" if icu_locale is None else f" LOCALE_PROVIDER icu ICU_LOCALE '{icu_locale}'"
+        locale = "" if pg_locale is None else f" {pg_locale}"
         with _admin(server_url) as conn:
             # template0: never blocked by someone else sitting in template1.
             conn.exec_driver_sql(
@@ -625,11 +634,11 @@ def _drop_database(backend: str, server_url: str, name: str) -> None:
 class DatabaseFactory:
     """Creates fresh empty databases and drops them (after disposing engines) on cleanup.
 
-    ``factory(backend, count=1, *, server_url=None, icu_locale=None) -> list[str]`` returns
+    ``factory(backend, count=1, *, server_url=None, pg_locale=None) -> list[str]`` returns
     SQLAlchemy URLs (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...).
     ``server_url`` overrides the server (an admin URL) the databases are created on;
-    ``icu_locale`` (PostgreSQL: one for all, or a list the databases take in turn) makes an
-    ICU locale each database's default collation. Otherwise the databases of one
+    ``pg_locale`` (:func:`icu_locale`, :func:`libc_locale`; one for all, or a list the
+    databases take in turn) sets each PostgreSQL database's default collation. Otherwise the databases of one
     call alternate between ``server_url(kind)`` and ``second_server_url(kind)`` (when given):
     the first, third, ... on the first server, the second, fourth, ... on the second.
     """
@@ -654,7 +663,7 @@ class DatabaseFactory:
         count: int = 1,
         *,
         server_url: str | None = None,
-        icu_locale: str | Sequence[str] | None = None,
+        pg_locale: str | Sequence[str] | None = None,
     ) -> list[str]:
         try:
             kind = _ALIASES[backend.lower()]
@@ -679,8 +688,8 @@ class DatabaseFactory:
             server = _normalize(kind, server)
             # Record first: if CREATE half-worked, cleanup still tries the DROP.
             self._created.append((kind, server, name))
-            locale = icu_locale if icu_locale is None or isinstance(icu_locale, str) else (
-                icu_locale[index % len(icu_locale)]
+            locale = pg_locale if pg_locale is None or isinstance(pg_locale, str) else (
+                pg_locale[index % len(pg_locale)]
             )
             urls.append(_create_database(kind, server, name, locale))
         return urls

@@ -50,7 +50,7 @@ from snowshard.sharding.collation import (
     server_order,
     weight_of,
 )
-from tests.backends import DatabaseFactory, async_url
+from tests.backends import DatabaseFactory, async_url, icu_locale, libc_locale
 from tests.worlds import IDS, World, binary_string, open_world
 
 WORDS = [
@@ -300,6 +300,17 @@ def _declare(backend: str) -> tuple[type[DeclarativeBase], Any, Any]:
     return Base, Word, WordTwin
 
 
+def _fill(session: Any, word: Any, twin: Any) -> None:
+    """Word ``i`` of :data:`WORDS` for user ``i + 1``, in the sharded model and the twin
+    (same ID), flushed."""
+    for user, text in enumerate(WORDS, start=1):
+        row = word(user_id=user, plain=text, binary=text, language=text)
+        session.add(row)
+        session.flush()
+        session.add(twin(id=row.id, user_id=user, plain=text, binary=text, language=text))
+    session.flush()
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def words(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -312,14 +323,10 @@ def words(
         spec = sharded_model(word)
         homes = {w: spec.database_of(spec.shard_of("user_id", u)) for u, w in enumerate(WORDS, 1)}
         assert homes["apple"] != homes["APPLE"] and homes["b"] != homes["b "]
-        locale = DEFAULT_LOCALE if backend == "postgresql" else None
-        world = open_world(factory, base, backend, icu_locale=locale)
+        locale = icu_locale(DEFAULT_LOCALE) if backend == "postgresql" else None
+        world = open_world(factory, base, backend, pg_locale=locale)
         with world.session() as session:
-            for user, text in enumerate(WORDS, start=1):
-                row = word(user_id=user, plain=text, binary=text, language=text)
-                session.add(row)
-                session.flush()
-                session.add(twin(id=row.id, user_id=user, plain=text, binary=text, language=text))
+            _fill(session, word, twin)
             session.commit()
         world.log.clear()
         yield Words(world, word, twin, backend)
@@ -599,13 +606,33 @@ def test_min_and_max_per_group_pick_by_rank_on_postgresql(
 
 
 @pytest.mark.parametrize("backend", [BACKENDS[1]])
+def test_a_code_point_default_is_ranked_without_a_statement(
+    backend: str, database_factory: DatabaseFactory
+) -> None:
+    """Databases whose default collation is C.UTF-8 order strings by code point: the merge
+    ranks them in Python and sends no ranking statement; the order equals one table's."""
+    base, word, twin = _declare(backend)
+    world = open_world(database_factory, base, backend, pg_locale=libc_locale("C.UTF-8"))
+    with world.session() as session:
+        _fill(session, word, twin)
+        world.log.clear()
+        got = session.execute(select(word.plain, word.id).order_by(word.plain, word.id)).all()
+        expected = session.execute(select(twin.plain, twin.id).order_by(twin.plain, twin.id))
+        assert got == expected.all() and [r[0] for r in got] == sorted(WORDS)
+        assert not any("dense_rank" in sql for sql in world.log.statements())
+    world.log.close()
+
+
+@pytest.mark.parametrize("backend", [BACKENDS[1]])
 def test_ranking_by_default_collations_that_differ_is_refused(
     backend: str, database_factory: DatabaseFactory
 ) -> None:
     """Databases whose default collations differ (ICU en, sv) rank no strings for a merge:
     refused before the statement runs; a collation named in the query still merges."""
     base, word, _ = _declare(backend)
-    world = open_world(database_factory, base, backend, icu_locale=["en", "sv"])
+    world = open_world(
+        database_factory, base, backend, pg_locale=[icu_locale("en"), icu_locale("sv")]
+    )
     with world.session() as session:
         with pytest.raises(UnsupportedShardQuery, match="default collations differ"):
             session.execute(select(word.plain).order_by(word.plain))
@@ -849,8 +876,8 @@ def test_one_database_orders_whole_reads_itself_and_merges_split_ones(
     whatever the collation); keys naming several shards split it into a merge, exact too:
     in Python on SQLite, by weight on MariaDB, by the database's ranks on PostgreSQL."""
     base, word, twin = _one_database()
-    locale = DEFAULT_LOCALE if backend == "postgresql" else None
-    world = open_world(database_factory, base, backend, icu_locale=locale)
+    locale = icu_locale(DEFAULT_LOCALE) if backend == "postgresql" else None
+    world = open_world(database_factory, base, backend, pg_locale=locale)
     with world.session() as session:
         for user, text in enumerate(WORDS, start=1):
             row = word(user_id=user, plain=text)

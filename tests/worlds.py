@@ -506,20 +506,21 @@ def open_world(
     *,
     log: SqlLog | None = None,
     bind_apart: bool = False,
-    icu_locale: str | Sequence[str] | None = None,
+    pg_locale: str | Sequence[str] | None = None,
 ) -> World:
     """Create the databases and tables of ``models`` on ``backend``; ``factory`` drops them.
 
     ``models`` is a :class:`Shop` or a declarative base. The log is cleared once the
     tables exist, so it starts with the test's own statements. ``bind_apart``: unsharded
     tables get a ``default`` database of their own, even when every sharded table names
-    another one. ``icu_locale``: PostgreSQL databases whose default collation is that ICU
-    locale (one for all, or a list the databases take in turn).
+    another one. ``pg_locale``: the PostgreSQL databases' default collation
+    (:func:`~tests.backends.icu_locale`, :func:`~tests.backends.libc_locale`; one for all,
+    or a list the databases take in turn).
     """
     shop = models if isinstance(models, Shop) else None
     base = models.base if isinstance(models, Shop) else models
     keys = _database_keys(base.metadata, bind_apart)
-    urls = factory(backend, len(keys), icu_locale=icu_locale)
+    urls = factory(backend, len(keys), pg_locale=pg_locale)
     world = World(backend, base, {}, log if log is not None else SqlLog(), shop)
     for key, url in zip(keys, urls):
         engine = factory.engine(url)

@@ -23,7 +23,9 @@ The statement names the collation, so a named one is the one of that name on eac
 database (snowshard assumes the servers build it alike, as for any query). The *default*
 collation is each database's own: :func:`check_defaults` reads how each database defines
 it (provider, locale, version; once per engine) when the merge runs, before its statement
-is sent, and refuses a merge across databases that define it differently.
+is sent, and refuses a merge across databases that define it differently. Where that
+default orders by code point (``C``, ``C.UTF-8``), its strings are ranked in Python, with
+no statement.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 from sqlalchemy import ARRAY, Text, bindparam, column, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from snowshard.sharding.collation import ServerOrder
+from snowshard.sharding.collation import ORDERING, ServerOrder, compares_like_python
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "HeldRanks",
     "Ranker",
     "check_defaults",
+    "code_point_ranks",
     "database_ranker",
     "rank_columns",
     "rank_statement",
@@ -100,13 +103,32 @@ def rank_columns(
     return {helper: tables[order] for helper, (order, _) in columns.items()}
 
 
+def code_point_ranks(strings: Collection[str]) -> dict[str, int]:
+    """Dense ranks of ``strings`` in code-point order (Python's), each string its own."""
+    return {value: position for position, value in enumerate(sorted(strings))}
+
+
+def _by_code_point(default: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a database whose default collation is ``default`` (:func:`_default_of`)
+    orders strings by code point: libc's ``C``, ``POSIX``, ``C.UTF-8``, the builtin
+    provider's ``C`` and ``C.UTF-8``."""
+    settings = dict(default)
+    name = settings.get("datcollate") if settings["datlocprovider"] == "c" else None
+    if settings["datlocprovider"] == "b":
+        name = settings.get("datlocale")
+    return name is not None and compares_like_python(name, "postgresql", ORDERING)
+
+
 def database_ranker(connection: Connection) -> Ranker:
     """A :data:`Ranker` that asks ``connection``'s database (one of those the merge read,
-    in the session's transaction)."""
+    in the session's transaction); strings under the default collation of a database that
+    orders by code point (:func:`_by_code_point`) are ranked here, with no statement."""
 
     def rank(order: ServerOrder, strings: Collection[str]) -> dict[str, int]:
         if not strings:
             return {}
+        if order.collation is None and _by_code_point(_default_of(connection)):
+            return code_point_ranks(strings)
         rows = connection.execute(
             rank_statement(order.collation), {_STRINGS: list(strings)}
         )
