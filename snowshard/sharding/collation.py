@@ -11,17 +11,19 @@ done in Python under such a collation returns a plausible, wrong order or groupi
 is refused (:class:`~snowshard.sharding.errors.UnsupportedShardQuery`, before any SQL runs)
 unless the collation is known, from the statement alone, to agree with Python:
 
-* its expression says ``.collate(name)``, else its column type says ``String(collation=name)``
-  (dialect variants and TypeDecorators read for the session's dialect), else the
-  database's default applies, which snowshard cannot see without asking the server,
-  except SQLite's (``BINARY``);
+* its expression says ``.collate(name)``, else its columns' types say
+  ``String(collation=name)`` (dialect variants and TypeDecorators read for the session's
+  dialect), derived through functions, operators, CASE results, casts and subqueries as
+  the database derives it (:func:`collation_of`), else the database's default applies,
+  which snowshard cannot see without asking the server, except SQLite's (``BINARY``);
 * ordering (ORDER BY, MIN/MAX, ``<``/``>`` in HAVING or CASE) agrees on SQLite's ``BINARY``,
-  PostgreSQL's ``C``, ``POSIX``, ``C.UTF-8`` / ``pg_c_utf8`` and ``ucs_basic`` (in a UTF-8
-  database), and MariaDB and MySQL's ``binary`` and the Unicode or ASCII character sets'
+  PostgreSQL's ``C``, ``POSIX``, ``pg_c_utf8`` and ``ucs_basic`` (in a UTF-8 database; the
+  C library's ``C.UTF-8`` only on recent glibc, so it is ranked, below), and MariaDB and MySQL's ``binary`` and the Unicode or ASCII character sets'
   ``*_nopad_bin`` and MySQL 8's ``*_0900_bin`` (the other ``*_bin`` collations ignore
   trailing spaces; a single-byte set's byte order is not code-point order);
 * equality (GROUP BY keys, DISTINCT, ``=``) agrees with those too, and on PostgreSQL also
-  with the database default, ``default`` and the predefined ICU collations (``*-x-icu``),
+  with the database default, ``default``, ``C.UTF-8`` and the predefined ICU collations
+  (``*-x-icu``),
   which are deterministic (equal only when the bytes are); a collation the user created
   may not be, and is refused;
 * a fixed-length ``CHAR`` compares ignoring trailing spaces on PostgreSQL and MariaDB, and
@@ -63,21 +65,23 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import CHAR, NCHAR, Enum, String
+from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String
 from sqlalchemy.dialects import registry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
+    BindParameter,
     Case,
+    Cast,
     CollationClause,
     ColumnClause,
     FunctionFilter,
     Over,
     WithinGroup,
 )
-from sqlalchemy.sql.selectable import SelectBase
+from sqlalchemy.sql.selectable import ScalarSelect, SelectBase
 from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
@@ -106,16 +110,20 @@ ORDERING = "ordering"
 EQUALITY = "equality"
 """What a merge does with GROUP BY keys, DISTINCT rows and ``=``: match them."""
 
-_POSTGRES_CODE_POINT = frozenset({"c", "posix", "c.utf-8", "c.utf8", "pg_c_utf8", "ucs_basic"})
+_POSTGRES_CODE_POINT = frozenset({"c", "posix", "pg_c_utf8", "ucs_basic"})
+"""PostgreSQL collations that compare bytes (in a UTF-8 database: code points)."""
+_POSTGRES_LIBC_C_UTF8 = frozenset({"c.utf-8", "c.utf8"})
+"""The C library's C.UTF-8: deterministic, but code-point order only on glibc 2.35 and
+later (older distributions patched it otherwise), so a merge never assumes its order."""
 _UNICODE_SETS = frozenset({"utf8", "utf8mb3", "utf8mb4", "ucs2", "utf32", "ascii"})
 """MariaDB/MySQL character sets whose ``*_bin`` byte order is code-point order."""
 _WEIGHTED = ("mysql", "mariadb")
 """Dialects with ``WEIGHT_STRING()``."""
 _ADVICE = {
-    "postgresql": 'add .collate("C") to the expression or declare the column '
+    "postgresql": 'add .collate("C") to the expression or declare (and migrate) the column '
     'String(..., collation="C")',
-    "mysql": 'add .collate("utf8mb4_nopad_bin") to the expression or declare the column '
-    'String(..., collation="utf8mb4_nopad_bin")',
+    "mysql": 'add .collate("utf8mb4_nopad_bin") to the expression or declare (and migrate) '
+    'the column String(..., collation="utf8mb4_nopad_bin")',
     "sqlite": "compare with SQLite's default BINARY collation (drop the COLLATE)",
 }
 _ADVICE["mariadb"] = _ADVICE["mysql"]
@@ -165,7 +173,11 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
         return True, _explicit(plain), _type_for(plain.left.type, dialect)
     type_ = _type_for(getattr(plain, "type", None), dialect)
     if isinstance(type_, String) or _folded(type_):
-        return True, _derived(plain, type_, dialect), type_
+        return True, _derived(plain, dialect), type_
+    if isinstance(type_, ARRAY):  # an array of strings compares them by their collation
+        item = _type_for(type_.item_type, dialect)
+        if isinstance(item, String) or _folded(item):
+            return True, item.collation, type_
     if type_ is not None and not isinstance(type_, NullType):
         return False, None, type_
     parts = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
@@ -194,14 +206,28 @@ def _explicit(element: Any) -> str | None:
 def _carriers(element: Any) -> Iterable[Any]:
     """The parts of ``element`` whose collation its value takes: a CASE's results (not its
     operand or conditions), a window function's function (not its PARTITION or ORDER BY),
-    a function's arguments and an operator's operands; none of a subquery's."""
+    a scalar subquery's selected column, a function's arguments and an operator's operands
+    (a ``type_coerce``'s, a CAST's expression)."""
     if isinstance(element, Case):
         return [*(result for _, result in element.whens), element.else_]
     if isinstance(element, (Over, WithinGroup, FunctionFilter)):
         return [element.element]
+    if isinstance(element, ScalarSelect):
+        return list(element.element.selected_columns)[:1]
     if isinstance(element, SelectBase):
         return []
     return list(element.get_children())
+
+
+def _inner(column: Any) -> Any:
+    """The expression a subquery's or CTE's column stands for (None for a table's)."""
+    source = getattr(getattr(column, "table", None), "element", None)
+    selected = getattr(source, "selected_columns", None)
+    return None if selected is None else selected.get(column.key, _UNKNOWN)
+
+
+_UNKNOWN = object()
+"""A subquery column whose expression cannot be found."""
 
 
 def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None:
@@ -211,6 +237,8 @@ def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None
     without ``type_=``) holding a column or a ``COLLATE`` may or may not pass one on: it
     adds :data:`MIXED`."""
     plain = bare(element)
+    if hasattr(plain, "__clause_element__"):  # an ORM attribute: its column
+        plain = bare(plain.__clause_element__())
     if plain is None:
         return None
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
@@ -218,9 +246,28 @@ def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None
     type_ = _type_for(getattr(plain, "type", None), dialect)
     if type_ is not None and not isinstance(type_, (String, NullType)) and not _folded(type_):
         return None
+    declared = getattr(type_, "collation", None)
     if isinstance(plain, ColumnClause):
-        implicit.add(getattr(type_, "collation", None))
+        selected = _inner(plain)
+        if selected is _UNKNOWN:
+            implicit.add(MIXED)
+        elif selected is not None:  # a subquery's column: the expression it selects
+            return _gather(selected, dialect, implicit)
+        elif plain.is_literal:  # literal_column(): SQL text, a literal if a plain String
+            implicit.add(MIXED if declared or isinstance(type_, NullType) else None)
+        else:  # a table's column: the collation it was created with
+            implicit.add(declared)
         return None
+    if isinstance(plain, BindParameter):
+        if declared:  # a value typed like a column (x > 'o'): said or not, that collation
+            implicit.add(str(declared))
+        return None
+    if isinstance(plain, Cast):
+        if dialect in _WEIGHTED:  # MariaDB gives CAST(x AS CHAR) the connection's collation
+            implicit.add(None)
+            return None
+        if declared:  # CAST(x AS VARCHAR COLLATE c)
+            return str(declared)
     if isinstance(type_, NullType):
         inner: set[str | None] = set()
         named = [_gather(part, dialect, inner) for part in _carriers(plain)]
@@ -234,17 +281,17 @@ def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None
     return None
 
 
-def _derived(element: Any, type_: Any, dialect: str) -> str | None:
+def _derived(element: Any, dialect: str) -> str | None:
     """The collation a string expression's value has, as PostgreSQL and MariaDB derive it:
-    a ``COLLATE`` inside it (``max(x COLLATE c)``, ``x COLLATE c || y``), else the one its
-    type declares, else its columns' one (``concat(x, '!')`` has ``x``'s), :data:`MIXED`
-    where those differ; None for the database's default."""
+    a ``COLLATE`` inside it (``max(x COLLATE c)``, ``x COLLATE c || y``), else its columns'
+    (``concat(x, '!')`` has ``x``'s; a subquery's column, the expression it selects; a
+    CAST's on PostgreSQL, unknown on MariaDB), :data:`MIXED` where those differ or cannot be
+    known (a collation a type declares but the SQL does not say: ``type_coerce``,
+    ``type_=``, a bound value); None for the database's default."""
     implicit: set[str | None] = set()
     explicit = _gather(element, dialect, implicit)
     if explicit is not None:
         return explicit
-    if getattr(type_, "collation", None):
-        return str(type_.collation)
     if len(implicit) > 1 or MIXED in implicit:
         return MIXED
     return next(iter(implicit), None)
@@ -260,7 +307,12 @@ def _folded(type_: Any) -> bool:
 def _postgres_deterministic(name: str) -> bool:
     """Whether a PostgreSQL collation is known to be deterministic: the C ones, ``default``
     and ICU's predefined ``*-x-icu`` (a collation created by the user may not be)."""
-    return name in _POSTGRES_CODE_POINT or name == "default" or name.endswith("-x-icu")
+    return (
+        name in _POSTGRES_CODE_POINT
+        or name in _POSTGRES_LIBC_C_UTF8
+        or name == "default"
+        or name.endswith("-x-icu")
+    )
 
 
 def compares_like_python(collation: str | None, dialect: str, need: str) -> bool:
@@ -326,6 +378,14 @@ def _check(
 ) -> None:
     """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``."""
     is_string, collation, type_ = found
+    if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, ARRAY)):
+        kind = "a JSON value" if isinstance(type_, JSON) else "an array"
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: the merge would compare {kind} in "
+            f"Python, which neither orders nor matches it as {dialect} does; select or "
+            "order by a scalar (an element, a key), or route the query to one shard (a "
+            "shard key in WHERE)"
+        )
     if is_string is None:
         if dialect == "sqlite":
             return  # SQLite compares any text by BINARY

@@ -24,8 +24,8 @@ database (snowshard assumes the servers build it alike, as for any query). The *
 collation is each database's own: :func:`check_defaults` reads how each database defines
 it (provider, locale, version; once per engine) when the merge runs, before its statement
 is sent, and refuses a merge across databases that define it differently. Where that
-default orders by code point (``C``, ``C.UTF-8``), its strings are ranked in Python, with
-no statement.
+default orders by code point (``C``, ``POSIX``, the builtin provider's), its strings are
+ranked in Python, with no statement.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 from sqlalchemy import ARRAY, Text, bindparam, column, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
-from snowshard.sharding.collation import ORDERING, ServerOrder, compares_like_python
+from snowshard.sharding.collation import ServerOrder
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = [
@@ -58,9 +58,9 @@ Ranker = Callable[[ServerOrder, Collection[str]], dict[str, int]]
 
 _STRINGS = "snowshard_strings"
 _SETTINGS = {
-    "c": ("datcollate", "datcollversion"),
-    "i": ("daticulocale", "datlocale", "daticurules", "datcollversion"),
-    "b": ("datlocale", "datcollversion"),
+    "c": ("encoding", "datcollate", "datcollversion"),
+    "i": ("encoding", "daticulocale", "datlocale", "daticurules", "datcollversion"),
+    "b": ("encoding", "datlocale", "datcollversion"),
 }
 """Per provider of the default collation (``datlocprovider``: libc, ICU, builtin), the
 ``pg_database`` columns that decide how it orders strings (columns differ between
@@ -108,15 +108,21 @@ def code_point_ranks(strings: Collection[str]) -> dict[str, int]:
     return {value: position for position, value in enumerate(sorted(strings))}
 
 
+_UTF8 = "6"
+"""``pg_database.encoding`` of UTF-8."""
+
+
 def _by_code_point(default: tuple[tuple[str, str], ...]) -> bool:
     """Whether a database whose default collation is ``default`` (:func:`_default_of`)
-    orders strings by code point: libc's ``C``, ``POSIX``, ``C.UTF-8``, the builtin
-    provider's ``C`` and ``C.UTF-8``."""
+    orders strings by code point: a UTF-8 database under libc's ``C`` or ``POSIX`` (bytes
+    compared) or the builtin provider's ``C`` or ``C.UTF-8``. Not libc's ``C.UTF-8``:
+    code-point order only on glibc 2.35 and later, and PostgreSQL records no version."""
     settings = dict(default)
-    name = settings.get("datcollate") if settings["datlocprovider"] == "c" else None
-    if settings["datlocprovider"] == "b":
-        name = settings.get("datlocale")
-    return name is not None and compares_like_python(name, "postgresql", ORDERING)
+    if settings.get("encoding") != _UTF8:
+        return False
+    if settings["datlocprovider"] == "c":
+        return settings.get("datcollate") in ("C", "POSIX")
+    return settings["datlocprovider"] == "b" and settings.get("datlocale") in ("C", "C.UTF-8")
 
 
 def database_ranker(connection: Connection) -> Ranker:
