@@ -304,6 +304,11 @@ def _folded(type_: Any) -> bool:
     return "CITEXT" in {name.upper() for name in names}
 
 
+def _name(collation: str | None) -> str | None:
+    """A collation's name as compared here: unquoted, lower case (None stays None)."""
+    return None if collation is None else collation.strip('"`').lower()
+
+
 def _postgres_deterministic(name: str) -> bool:
     """Whether a PostgreSQL collation is known to be deterministic: the C ones, ``default``
     and ICU's predefined ``*-x-icu`` (a collation created by the user may not be)."""
@@ -318,7 +323,7 @@ def _postgres_deterministic(name: str) -> bool:
 def compares_like_python(collation: str | None, dialect: str, need: str) -> bool:
     """Whether ``dialect`` compares strings under ``collation`` (None: the database's
     default) as Python does, for ``need`` (:data:`ORDERING` or :data:`EQUALITY`)."""
-    name = None if collation is None else collation.strip('"`').lower()
+    name = _name(collation)
     if dialect == "sqlite":
         return name is None or name == "binary"
     if dialect == "postgresql":
@@ -480,7 +485,7 @@ def server_order(element: Any, dialect: str) -> ServerOrder | None:
         or _exact(collation, type_, dialect, ORDERING)
     ):
         return None
-    if collation is not None and collation.strip('"').lower() == "default":
+    if _name(collation) == "default":
         return ServerOrder(None)  # the database's default: checked to agree like None
     return ServerOrder(collation)
 

@@ -83,7 +83,7 @@ from snowshard.sharding.reference import (
 )
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
-from snowshard.sharding.sources import merge_ranker, run_merged
+from snowshard.sharding.sources import database_connections, merge_ranker, run_merged
 
 __all__ = [
     "DIRECT_MAPPER",
@@ -587,12 +587,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             return None
     rank = None
     if plan.merge is not None and plan.merge.ranked:
-        connections = {
-            step.database: state.session.connection(
-                bind_arguments={**state.bind_arguments, BIND_KEY: step.database}
-            )
-            for step in plan.steps
-        }
+        connections = database_connections(state, (step.database for step in plan.steps))
         rank = merge_ranker(plan.merge, connections, plan.steps[0].database)
     results = [_run(state, step.statement, step.database, given) for step in plan.steps]
     if plan.merge is not None:

@@ -26,7 +26,7 @@ thread that opened them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -42,7 +42,7 @@ from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.ranking import Ranker, check_defaults, database_ranker
 from snowshard.sharding.stream import STREAM_BATCH, Source, merge_sources
 
-__all__ = ["merge_ranker", "run_merged", "statement_options"]
+__all__ = ["database_connections", "merge_ranker", "run_merged", "statement_options"]
 
 
 def statement_options(state: ORMExecuteState) -> Any:
@@ -98,6 +98,18 @@ def _prepare(state: ORMExecuteState, step: Any, options: Any, params: Any) -> _P
     return _Prepared(step.database, statement, step_options, step_params, arguments)
 
 
+def database_connections(
+    state: ORMExecuteState, databases: Iterable[str]
+) -> dict[str, Connection]:
+    """Each of ``databases``' connection in the session's transaction, checked out in this
+    thread (which begins its transaction if needed, firing ``after_begin``)."""
+    session: Any = state.session
+    return {
+        database: session.connection(bind_arguments={**state.bind_arguments, BIND_KEY: database})
+        for database in dict.fromkeys(databases)
+    }
+
+
 def merge_ranker(
     plan: MergePlan, connections: Mapping[str, Connection], first: str
 ) -> Ranker | None:
@@ -118,10 +130,7 @@ def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Res
     limit = concurrency_of(session, state.execution_options)
     params = dict(state.parameters or {})  # type: ignore[arg-type]
     prepared = [_prepare(state, step, options, params) for step in steps]
-    connections: dict[str, Connection] = {}
-    for one in prepared:  # in this thread: begins each database's transaction if needed
-        if one.database not in connections:
-            connections[one.database] = session.connection(bind_arguments=one.arguments)
+    connections = database_connections(state, (one.database for one in prepared))
     rank = merge_ranker(plan, connections, prepared[0].database)
     tasks: list[Callable[[], list[tuple[int, CursorResult[Any]]]]] = []
     for database, connection in connections.items():

@@ -177,17 +177,15 @@ def merge_sources(
     positions = _positions(plan, sources[0].raw)
     assert positions is not None
     size = batch or STREAM_BATCH
-    firsts: list[list[Any] | None] = [None] * len(sources)
+    firsts: Sequence[list[Any] | None] = [None] * len(sources)
     held = None
     if plan.ranked and plan.order:
         helpers = {h: (positions[h], order) for h, order in plan.ranked.items()}
         held = HeldRanks(required(rank), helpers, len(sources))
         read = [fetch_raw(s.raw, size) for s in sources]
         held.hold(dict(enumerate(read)))  # every source's first batch: one statement
-        firsts = list(read)
-        del read
+        firsts = read
     streams = [_read(n, s, size, firsts[n], held) for n, s in enumerate(sources)]
-    del firsts  # each stream lets its first batch go once it is merged
     merged: Iterable[tuple[int, Any]]
     if plan.order:
         key, reverse = _sort_key(plan, positions, held)
