@@ -445,6 +445,26 @@ def test_order_by_the_default_collation_merges_exactly(words: Words) -> None:
         assert got != sorted(WORDS)[:7]
 
 
+def test_order_by_a_typed_function_of_strings_merges_and_an_untyped_one_is_refused(
+    words: Words,
+) -> None:
+    """ORDER BY lower(x, type_=String(20)) equals one table's order (ranked on PostgreSQL,
+    weighed on MariaDB); without type_= it is refused, naming type_= (fine on SQLite)."""
+    typed: Build = lambda m: (  # noqa: E731
+        select(func.lower(m.plain, type_=String(20)), m.id)
+        .order_by(func.lower(m.plain, type_=String(20)), m.id)
+        .limit(9)
+    )
+    got = [r[0] for r in _same_as_twin(words, typed)]
+    if words.backend == "sqlite":
+        assert got == sorted(w.lower() for w in WORDS)[:9]
+    untyped: Build = lambda m: select(m.id).order_by(func.lower(m.plain))  # noqa: E731
+    if words.backend == "sqlite":
+        _same_as_twin(words, lambda m: untyped(m).order_by(m.id))
+    else:
+        _refused(words, untyped, r"no type.*type_=String")
+
+
 @pytest.mark.parametrize("words", [BACKENDS[0]], indirect=True)
 def test_order_by_a_case_insensitive_collation_is_refused_on_sqlite(words: Words) -> None:
     """SQLite's NOCASE cannot be reproduced in Python, nor asked of the database: refused."""

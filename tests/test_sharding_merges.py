@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import Integer, String, cast, func, select
+from sqlalchemy import Integer, String, cast, func, select, tuple_
 
 from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.arith import MergedDivisionByZero
@@ -105,6 +105,29 @@ def test_cast_to_a_string_is_refused_before_any_sql(setup: Setup) -> None:
     statement = select(cast(func.sum(setup.schema.Order.amount), String(10)))
     with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="CAST"):
         session.execute(statement.select_from(setup.schema.Order))
+    assert setup.sent == []
+
+
+def test_order_by_a_row_value_is_refused_before_any_sql(setup: Setup) -> None:
+    """ORDER BY tuple_(a, b) across shards is refused, naming the columns to list instead."""
+    order = setup.schema.Order
+    setup.sent.clear()
+    statement = select(order.id).order_by(tuple_(order.status, order.amount).desc())
+    with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="row value"):
+        session.execute(statement)
+    assert setup.sent == []
+
+
+def test_group_by_a_row_value_is_refused_before_any_sql(setup: Setup) -> None:
+    """GROUP BY tuple_(a, b) across shards is refused, naming group_by(a, b) instead."""
+    order = setup.schema.Order
+    setup.sent.clear()
+    statement = select(func.count()).group_by(tuple_(order.status, order.amount))
+    with (
+        setup.session() as session,
+        pytest.raises(UnsupportedShardQuery, match=r"group_by\(.*status.*amount"),
+    ):
+        session.execute(statement.select_from(order))
     assert setup.sent == []
 
 

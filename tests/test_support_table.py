@@ -41,6 +41,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.orm import aliased
@@ -354,7 +355,8 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "COUNT(DISTINCT), FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
-    "queries, FETCH FIRST, `aliased()` of a sharded model, joins through a relationship "
+    "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, `aliased()` "
+    "of a sharded model, joins through a relationship "
     "attribute or of models sharded differently": [
         Example("refused", lambda w: select(func.count(distinct(w.Order.status)))),
         Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),
@@ -366,6 +368,13 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("refused", lambda w: select(w.Order.id, func.hex(w.Order.amount))),
         Example("refused", lambda w: select(w.Order, func.count()).group_by(w.Order.id)),
         Example("refused", lambda w: select(w.Order.id).order_by(w.Order.id).fetch(3)),
+        Example(
+            "refused", lambda w: select(w.Order.id).order_by(tuple_(w.Order.status, w.Order.id))
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.count()).select_from(w.Order).group_by(tuple_(w.Order.status)),
+        ),
         Example("refused", lambda w: select(aliased(w.Order).id)),
     ],
     "UPDATE / DELETE": [

@@ -143,6 +143,14 @@ class ServerOrder:
         )
 
 
+_TYPED_MERGES = {
+    "postgresql": "a typed string is then ordered by the ranks the database gives its values",
+    "mysql": "a typed String(n) is then merged by WEIGHT_STRING",
+    "mariadb": "a typed String(n) is then merged by WEIGHT_STRING",
+}
+"""Dialects whose merge handles a string of any collation once its type is known: how."""
+
+
 @cache
 def _dialect(name: str) -> Dialect:
     """A dialect object of ``name`` for reading types (its driver is never imported)."""
@@ -412,6 +420,14 @@ def _check(
         )
     if _exact(collation, type_, dialect, need):
         return
+    if isinstance(type_, NullType) and dialect in _TYPED_MERGES:
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: SQLAlchemy knows no type for this "
+            f"expression over strings (a function without type_=), so the merge cannot tell "
+            f"how {dialect} compares its values; give it its type, e.g. "
+            "func.lower(Model.name, type_=String(50)): "
+            f"{_TYPED_MERGES[dialect]}, or route the query to one shard (a shard key in WHERE)"
+        )
     where = _comparison(collation, type_, dialect, need)
     verb = "orders" if need == ORDERING else "matches"
     weighable = (

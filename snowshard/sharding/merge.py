@@ -42,7 +42,14 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import BinaryExpression, Case, ColumnElement, Label, UnaryExpression
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    Case,
+    ColumnElement,
+    Label,
+    Tuple,
+    UnaryExpression,
+)
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
@@ -131,6 +138,20 @@ def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     return element, descending, nulls_first
 
 
+def _check_tuples(elements: Iterable[Any], what: str) -> None:
+    """Refuse a row value (``tuple_(a, b)``) as an ORDER BY or GROUP BY item: a merge sends
+    each item as a column, and a row value is no column (SQLAlchemy cannot select it)."""
+    for element in elements:
+        if isinstance(_unwrap(element), Tuple):
+            columns = ", ".join(describe(c) for c in _unwrap(element).clauses)
+            raise UnsupportedShardQuery(
+                f"{what} {describe(element)} across shards: a merge reads each {what} item "
+                "as a column of the sources' rows, and a row value (tuple_()) is not one; "
+                "list its columns instead (each in the item's direction): "
+                f"{what.lower().replace(' ', '_')}({columns})"
+            )
+
+
 def _source_limit(limit: int, offset: int) -> Any:
     """The LIMIT each source runs with (OFFSET+LIMIT rows, no OFFSET), as SQL.
 
@@ -201,6 +222,8 @@ class MergePlan:
         nulls_large = dialect in _NULLS_LARGE
         columns = list(statement.selected_columns)
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
+        _check_tuples([e for e, _, _ in order], "ORDER BY")
+        _check_tuples(group_by_of(statement), "GROUP BY")
         having = having_of(statement)
         aggregated = [check_row_expression(c, models) for c in columns]
         ordered = [check_row_expression(e, models) for e, _, _ in order]
