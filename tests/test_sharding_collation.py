@@ -710,6 +710,38 @@ def test_ranking_by_default_collations_that_differ_is_refused(
     world.log.close()
 
 
+@pytest.mark.parametrize("backend", [BACKENDS[1]])
+def test_c_strings_in_a_database_not_encoded_utf8_are_refused(
+    backend: str, database_factory: DatabaseFactory
+) -> None:
+    """In LATIN9 databases "C" orders bytes, which sort otherwise than code points (the
+    euro sign is 0xA4): a merge ordering such strings is refused before it reads a shard
+    table; grouping them (equality) still merges."""
+    texts = ["a\u20ac", "a\u00e9", "a\u0153", "a\u00ff", "b", "a"]
+    base, word, twin = _declare(backend)
+    world = open_world(database_factory, base, backend, pg_locale="ENCODING 'LATIN9' LOCALE 'C'")
+    with world.session() as session:
+        for user, text in enumerate(texts, start=1):
+            row = word(user_id=user, plain=text, binary=text, language="x")
+            session.add(row)
+            session.flush()
+            session.add(twin(id=row.id, user_id=user, plain=text, binary=text, language="x"))
+        session.flush()
+        one_table = session.scalars(select(twin.binary).order_by(twin.binary)).all()
+        assert sorted(one_table) == sorted(texts) and one_table != sorted(texts)
+        world.log.clear()
+        for ordering in (
+            select(word.binary).order_by(word.binary),
+            select(word.user_id % 2, func.max(word.binary)).group_by(word.user_id % 2),
+        ):
+            with pytest.raises(UnsupportedShardQuery, match="encoded LATIN9"):
+                session.execute(ordering)
+        assert not any(sent.shards for sent in world.log)
+        grouped = select(word.binary, func.count()).group_by(word.binary)
+        assert sorted(session.execute(grouped).all()) == sorted((t, 1) for t in texts)
+    world.log.close()
+
+
 def test_group_by_strings_matches_as_the_database_does(words: Words) -> None:
     """GROUP BY merges by equality: exact on code-point collations and on PostgreSQL's
     deterministic default; on MariaDB's default the groups merge by WEIGHT_STRING(), so

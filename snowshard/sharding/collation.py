@@ -99,6 +99,7 @@ __all__ = [
     "compares_like_python",
     "extreme_order",
     "extreme_weight",
+    "orders_by_code_point",
     "server_order",
     "sort_value",
     "weight_of",
@@ -477,6 +478,21 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     weights = [weight_of(argument, dialect, ORDERING, what) for argument in aggregate.clauses]
     found = next((w for w in weights if w is not None), None)
     return None if found is None else PaddedWeight(bare(aggregate), found.length)
+
+
+_BYTE_ORDER = frozenset({"c", "posix"})
+"""PostgreSQL collations that compare the bytes of the database's encoding (code-point
+order in UTF-8 and LATIN1 only)."""
+
+
+def orders_by_code_point(element: Any, dialect: str) -> bool:
+    """Whether a merge ordering ``element`` in Python takes a PostgreSQL string under a
+    collation named ``C`` or ``POSIX`` to order by code point, as it does in a UTF-8 or
+    LATIN1 database (in others, such as LATIN9 or EUC_JP, byte order differs)."""
+    if dialect != "postgresql":
+        return False
+    is_string, collation, _ = collation_of(element, dialect)
+    return bool(is_string) and _name(collation) in _BYTE_ORDER
 
 
 def server_order(element: Any, dialect: str) -> ServerOrder | None:

@@ -586,7 +586,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             state.bind_arguments[BIND_KEY] = step.database
             return None
     rank = None
-    if plan.merge is not None and plan.merge.ranked:
+    if plan.merge is not None and (plan.merge.ranked or plan.merge.code_point):
         connections = database_connections(state, (step.database for step in plan.steps))
         rank = merge_ranker(plan.merge, connections, plan.steps[0].database)
     results = [_run(state, step.statement, step.database, given) for step in plan.steps]

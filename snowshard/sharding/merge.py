@@ -31,7 +31,7 @@ functions, division and CAST on other databases) raises
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from operator import itemgetter
 from typing import Any
@@ -73,6 +73,7 @@ from snowshard.sharding.collation import (
     collation_of,
     extreme_order,
     extreme_weight,
+    orders_by_code_point,
     server_order,
     sort_value,
     weight_of,
@@ -300,6 +301,13 @@ class MergePlan:
         self.types = [c.type for c in columns]
         self.processors: list[Any] | None = None
         """Result processors of the selected columns computed in Python (set on first merge)."""
+        computed = [*columns, having] if self.grouped else []
+        self.code_point = any(
+            orders_by_code_point(e, dialect) for e in _ordered_strings(order, computed)
+        )
+        """Whether the merge orders PostgreSQL strings of a collation named ``C`` or
+        ``POSIX`` in Python, by code point: exact only in a UTF-8 or LATIN1 database, which
+        the merge checks before it reads (:func:`~.ranking.check_code_point`)."""
 
     def _process(self) -> list[Any]:
         """What SQLAlchemy does to each computed column's SQLite value (NUMERIC -> Decimal);
@@ -606,6 +614,24 @@ class _output:
 
 _ORDERING_OPERATORS = (operators.lt, operators.le, operators.gt, operators.ge)
 _EQUALITY_OPERATORS = (operators.eq, operators.ne)
+
+
+def _ordered_strings(
+    order: Iterable[tuple[Any, bool, bool]], computed: Iterable[Any]
+) -> Iterator[Any]:
+    """What a merge orders or compares in Python: each ORDER BY item, and in ``computed``
+    (a grouped merge's columns and HAVING) the operands of <, <=, >, >= and the
+    arguments of MIN/MAX."""
+    for expr, _, _ in order:
+        yield expr
+    for expression in computed:
+        if expression is None:
+            continue
+        for part in walk(expression):
+            if isinstance(part, BinaryExpression) and part.operator in _ORDERING_OPERATORS:
+                yield from (part.left, part.right)
+            elif _is_extreme(part):
+                yield from part.clauses
 
 
 def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:

@@ -25,7 +25,9 @@ collation is each database's own: :func:`check_defaults` reads how each database
 it (provider, locale, version; once per engine) when the merge runs, before its statement
 is sent, and refuses a merge across databases that define it differently. Where that
 default orders by code point (``C``, ``POSIX``, the builtin provider's), its strings are
-ranked in Python, with no statement.
+ranked in Python, with no statement. A collation *named* ``C`` or ``POSIX`` is ordered in
+Python by code point, as it orders in a UTF-8 or LATIN1 database: :func:`check_code_point`
+refuses such a merge over a database encoded otherwise.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "Collated",
     "HeldRanks",
     "Ranker",
+    "check_code_point",
     "check_defaults",
     "code_point_ranks",
     "database_ranker",
@@ -69,6 +72,9 @@ that sorts (glibc, ICU) does."""
 _DEFAULTS: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], ...]] = (
     weakref.WeakKeyDictionary()
 )
+_ENCODINGS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+_CODE_POINT_ENCODINGS = frozenset({"UTF8", "LATIN1"})
+"""Encodings whose byte order is code-point order."""
 
 
 @cache
@@ -180,6 +186,40 @@ def check_defaults(
         "databases order them differently; name the collation in the query "
         '(.collate("en-x-icu")) or declare the column String(..., collation=...)'
     )
+
+
+def _encoding_of(connection: Connection) -> str:
+    """The encoding of ``connection``'s database (read once per engine)."""
+    engine = connection.engine
+    found = _ENCODINGS.get(engine)
+    if found is None:
+        found = _ENCODINGS[engine] = str(
+            connection.execute(
+                text(
+                    "SELECT pg_encoding_to_char(encoding) FROM pg_database "
+                    "WHERE datname = current_database()"
+                )
+            ).scalar_one()
+        )
+    return found
+
+
+def check_code_point(connections: Mapping[str, Connection]) -> None:
+    """Refuse a merge that orders strings of a collation named ``C`` or ``POSIX`` by code
+    point (:attr:`~snowshard.sharding.merge.MergePlan.code_point`) when one of the
+    databases it reads is encoded otherwise than UTF-8 or LATIN1: there ``C`` compares
+    bytes that do not sort as code points do (LATIN9 puts ``€``, 0xA4, before ``ä``)."""
+    for name, connection in connections.items():
+        encoding = _encoding_of(connection)
+        if encoding not in _CODE_POINT_ENCODINGS:
+            raise UnsupportedShardQuery(
+                f'a merge across shards orders strings of the collation "C" (or "POSIX") by '
+                f"code point, but database {name!r} is encoded {encoding}, where that "
+                "collation orders the encoding's bytes, which sort otherwise (one table's "
+                "answer could differ); route the query to one shard (a shard key in WHERE), "
+                "or order by a collation the databases define alike (e.g. "
+                '.collate("und-x-icu"), whose order the merge asks of a database)'
+            )
 
 
 class Collated:

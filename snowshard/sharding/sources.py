@@ -39,7 +39,7 @@ from snowshard._compat import orm_cursor_result, orm_pre_execute, session_execut
 from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.fanout import concurrency_of, run_concurrently, run_gathered
 from snowshard.sharding.merge import MergePlan
-from snowshard.sharding.ranking import Ranker, check_defaults, database_ranker
+from snowshard.sharding.ranking import Ranker, check_code_point, check_defaults, database_ranker
 from snowshard.sharding.stream import STREAM_BATCH, Source, merge_sources
 
 __all__ = ["database_connections", "merge_ranker", "run_merged", "statement_options"]
@@ -116,7 +116,11 @@ def merge_ranker(
     """How the merge ranks strings (:attr:`MergePlan.ranked`): by database ``first``, on its
     connection in the session's transaction; None if it ranks none. Refuses, before the
     statement runs, ranking by a default collation that the databases of ``connections``
-    (all the merge reads) do not share (:func:`~snowshard.sharding.ranking.check_defaults`)."""
+    (all the merge reads) do not share (:func:`~snowshard.sharding.ranking.check_defaults`),
+    and ordering ``C`` strings by code point where one's encoding sorts otherwise
+    (:func:`~snowshard.sharding.ranking.check_code_point`)."""
+    if plan.code_point:
+        check_code_point(connections)
     if not plan.ranked:
         return None
     check_defaults(plan.ranked, connections)
