@@ -179,6 +179,8 @@ _AGGREGATES: list[Callable[[Any], Any]] = [
     lambda m: cast(func.avg(m.amount) * 100, Integer),
     lambda m: case((func.count() > 3, "many"), else_="few"),
     lambda m: func.count(m.status.distinct()),
+    lambda m: func.count(m.user_id.distinct()),
+    lambda m: func.count(m.amount.distinct()) * 2,
     lambda m: func.sum(m.amount) / func.count(),
     lambda m: func.sum(m.amount) // func.count(),
     lambda m: cast(func.sum(m.amount) * 10 / func.count(), Integer),

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event, func, insert, select, update
+from sqlalchemy import distinct, event, func, insert, select, update
 
 from snowshard.sharding import ShardedSession, explain, sharded_model
 from tests.test_sharding_reference import Country, Note, Order
@@ -52,6 +52,17 @@ def test_grouped_join_with_reference_table_merges_groups(session: ShardedSession
     assert plan.refused is None
     assert any("count" in item for item in plan.merged)
     assert all("ref_countries" in s.sql for s in plan.statements)
+
+
+def test_count_distinct_says_how_it_is_counted(session: ShardedSession) -> None:
+    """count(DISTINCT) of the shard key is summed; of another column, the sources group by
+    it and the merge counts its values."""
+    keyed = explain(session, select(func.count(distinct(Order.user_id))))
+    assert any("summed" in item for item in keyed.merged)
+    assert all("GROUP BY" not in s.sql for s in keyed.statements)
+    valued = explain(session, select(func.count(distinct(Order.country))))
+    assert any("also groups by x" in item for item in valued.pushed_down)
+    assert all("GROUP BY ref_orders.country" in s.sql for s in valued.statements)
 
 
 def test_keyed_query_runs_on_one_table(session: ShardedSession) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import Integer, String, cast, func, select, tuple_
+from sqlalchemy import Float, Integer, String, cast, distinct, func, select, tuple_
 
 from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.arith import MergedDivisionByZero
@@ -105,6 +105,63 @@ def test_cast_to_a_string_is_refused_before_any_sql(setup: Setup) -> None:
     statement = select(cast(func.sum(setup.schema.Order.amount), String(10)))
     with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="CAST"):
         session.execute(statement.select_from(setup.schema.Order))
+    assert setup.sent == []
+
+
+def test_coalesce_of_a_null_sum_has_the_sums_type(setup: Setup) -> None:
+    """COALESCE(SUM(x), 0) where every x is NULL is the sum's type's 0 (a DECIMAL on
+    MariaDB, an integer on PostgreSQL and SQLite), as one table gives it."""
+    got, twin = _both(
+        setup,
+        lambda m: select(m.status, func.coalesce(func.sum(m.amount), 0) + func.count())
+        .where(m.amount.is_(None))
+        .group_by(m.status),
+    )
+    assert got == twin and got
+
+
+def test_count_distinct_of_a_column_merges_by_its_values(setup: Setup) -> None:
+    """count(DISTINCT status) per group and overall equals one table's: the sources group
+    by the value too and the merge counts the distinct values (NULLs not counted)."""
+    for build in (
+        _grouped(lambda m: func.count(distinct(m.amount)), lambda m: func.avg(m.amount)),
+        lambda m: select(func.count(distinct(m.status)), func.count()).select_from(m),
+    ):
+        got, twin = _both(setup, build)
+        assert got == twin and got
+
+
+def test_count_distinct_of_the_shard_key_sums_the_sources_counts(setup: Setup) -> None:
+    """count(DISTINCT user_id), the shard key, is counted by each source (equal keys live in
+    one table) and summed: no source sends its keys."""
+    setup.sent.clear()
+    got, twin = _both(setup, _grouped(lambda m: func.count(distinct(m.user_id))))
+    assert got == twin and got
+    assert not any("GROUP BY orders.status, orders.user_id" in sql for sql in setup.sent)
+
+
+def test_count_distinct_of_nothing_is_one_row_of_zero(setup: Setup) -> None:
+    """Without GROUP BY, count(DISTINCT x) over no rows is one row (0), as one table says,
+    though every source (grouped by x) sends none."""
+    got, twin = _both(
+        setup,
+        lambda m: select(func.count(distinct(m.status)), func.sum(m.amount)).where(m.id < 0),
+    )
+    assert got == twin == [(("int", "0"), ("NoneType", "None"))]
+
+
+def test_other_aggregates_of_distinct_values_and_floats_are_refused(setup: Setup) -> None:
+    """sum(DISTINCT x), count(DISTINCT a float) and of a row value are refused before any
+    SQL runs."""
+    order = setup.schema.Order
+    setup.sent.clear()
+    for statement, match in (
+        (select(func.sum(distinct(order.amount))), r"sum\(DISTINCT"),
+        (select(func.count(distinct(cast(order.amount, Float)))), "floating-point"),
+        (select(func.count(distinct(tuple_(order.amount, order.status)))), "row value"),
+    ):
+        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+            session.execute(statement)
     assert setup.sent == []
 
 

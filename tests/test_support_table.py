@@ -191,6 +191,16 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
         )
     ],
+    "COUNT(DISTINCT x)": [
+        Example("merged", lambda w: select(func.count(distinct(w.Order.user_id)))),
+        Example(
+            "merged",
+            lambda w: select(w.Order.status, func.count(distinct(w.Order.amount)), func.count())
+            .group_by(w.Order.status)
+            .order_by(w.Order.status),
+        ),
+        Example("refused", lambda w: select(func.sum(distinct(w.Order.amount)))),
+    ],
     "`+ - *`, comparisons, AND/OR, CASE, COALESCE over aggregates and group keys": [
         Example(
             "merged",
@@ -354,11 +364,10 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, w.Note.label).join(w.Note, w.Note.id == w.Order.user_id),
         ),
     ],
-    "COUNT(DISTINCT), FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
+    "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
     "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, `aliased()` "
     "of a sharded model, joins through a relationship "
     "attribute or of models sharded differently": [
-        Example("refused", lambda w: select(func.count(distinct(w.Order.status)))),
         Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),
         Example(
             "refused",

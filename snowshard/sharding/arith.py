@@ -13,6 +13,9 @@ the SQL SQLAlchemy renders for the session's dialect:
 * ``a // b``: on PostgreSQL and SQLite, integers run ``a / b`` (integer division that
   truncates toward zero; PostgreSQL divides NUMERIC values as above); MariaDB/MySQL runs
   ``FLOOR(a / b)`` of the DECIMAL division;
+* ``COALESCE(a, b, ...)`` has the common type of its arguments on PostgreSQL and
+  MariaDB/MySQL: ``COALESCE(SUM(x), 0)`` is a NUMERIC/DECIMAL 0 (of the sum's scale on
+  MariaDB) where the sum is NULL, not the integer 0; SQLite returns the value as it is;
 * ``CAST(x AS INTEGER)``: PostgreSQL rounds NUMERIC half away from zero and
   double precision half to even; MariaDB/MySQL rounds half away from zero; SQLite truncates
   toward zero. ``CAST(x AS FLOAT)`` is a float on PostgreSQL and SQLite. Other target
@@ -27,15 +30,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, Optional
 
 from sqlalchemy import types as sqltypes
 from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BindParameter,
+    Cast,
+    ColumnClause,
+    Grouping,
+    Label,
+)
 from sqlalchemy.sql.functions import FunctionElement
 
 from snowshard.sharding.errors import ShardingError
 
-__all__ = ["DIALECTS", "MergedDivisionByZero", "cast_function", "division_function"]
+__all__ = [
+    "DIALECTS",
+    "MergedDivisionByZero",
+    "cast_function",
+    "coalesce_function",
+    "division_function",
+    "numeric_average",
+]
 
 DIALECTS = frozenset({"postgresql", "mysql", "mariadb", "sqlite"})
 """Dialects whose division and CAST the merge reproduces."""
@@ -105,6 +123,12 @@ def _pg_numeric_divide(a: Decimal, b: Decimal) -> Decimal:
     weight = weight_a - weight_b - (1 if first_a <= first_b else 0)
     scale = max(_PG_MIN_SIG_DIGITS - weight * 4, _scale(a), _scale(b), 0)
     return _decimal_quotient(a, b, min(scale, _PG_MAX_SCALE))
+
+
+def numeric_average(total: Any, count: int) -> Decimal:
+    """PostgreSQL's AVG of integers or NUMERIC values whose sum is ``total``: their NUMERIC
+    sum divided by their count, with the scale of a NUMERIC division."""
+    return _pg_numeric_divide(Decimal(total), Decimal(count))
 
 
 def _as_pg_numeric(value: Any) -> Decimal:
@@ -220,3 +244,101 @@ def _round_integer(value: Any) -> int:
         return value
     exact = Decimal(value) if not isinstance(value, float) else Decimal(repr(value))
     return int(exact.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+Kind = tuple[str, Optional[int]]
+"""A numeric SQL type as a merge needs it: ``("int" | "decimal" | "float", scale)``; the
+scale (digits after the point) of a DECIMAL, None where unknown (or irrelevant)."""
+
+_WIDTH = {"int": 0, "decimal": 1, "float": 2}
+
+
+def _kind_of_type(type_: Any) -> Kind | None:
+    if isinstance(type_, sqltypes.Integer):
+        return "int", 0
+    if isinstance(type_, sqltypes.Float):
+        return "float", None
+    if isinstance(type_, sqltypes.Numeric):
+        return "decimal", type_.scale
+    return None
+
+
+def _wider(kinds: list[Kind | None]) -> Kind | None:
+    """The common type of ``kinds`` (float over decimal over int; the largest scale)."""
+    if not kinds or any(k is None for k in kinds):
+        return None
+    known = [k for k in kinds if k is not None]
+    widest = max(_WIDTH[k[0]] for k in known)
+    name = next(n for n, w in _WIDTH.items() if w == widest)
+    scales = [k[1] for k in known if k[0] == "decimal"]
+    scale = None if not scales or None in scales else max(s for s in scales if s is not None)
+    return name, scale
+
+
+def numeric_kind(element: Any, dialect: str) -> Kind | None:
+    """The numeric type ``element`` has on ``dialect`` (PostgreSQL or MariaDB/MySQL), None
+    where it is not a number or not known here."""
+    plain = element
+    while isinstance(plain, (Label, Grouping)):
+        plain = plain.element
+    value = plain.effective_value if isinstance(plain, BindParameter) else None
+    if value is not None and not isinstance(value, bool):
+        if isinstance(value, int):
+            return "int", 0
+        if isinstance(value, float):
+            return "float", None
+        if isinstance(value, Decimal):
+            return "decimal", _scale(value)
+    if isinstance(plain, FunctionElement):
+        name = str(plain.name).lower()
+        arguments = [numeric_kind(a, dialect) for a in plain.clauses]
+        if name == "count":
+            return "int", 0
+        if name in ("min", "max") and len(arguments) == 1:
+            return arguments[0]
+        if name in ("sum", "avg") and len(arguments) == 1 and arguments[0] is not None:
+            kind, scale = arguments[0]
+            if kind == "float":
+                return "float", None
+            if name == "avg":
+                mysql = dialect in ("mysql", "mariadb")
+                return "decimal", (None if scale is None or not mysql else scale + 4)
+            wide = not isinstance(next(iter(plain.clauses)).type, sqltypes.BigInteger)
+            if kind == "int" and dialect == "postgresql" and wide:
+                return "int", 0  # SUM of smallint/integer is a bigint there
+            return "decimal", scale
+        if name == "coalesce":
+            return _wider(arguments)
+        return None
+    if isinstance(plain, BinaryExpression) and plain.operator in (
+        operators.add, operators.sub, operators.mul,
+    ):  # fmt: skip
+        return _wider([numeric_kind(plain.left, dialect), numeric_kind(plain.right, dialect)])
+    if isinstance(plain, (ColumnClause, Cast)):
+        return _kind_of_type(plain.type)
+    return None
+
+
+def coalesce_function(
+    element: Any, dialect: str, refuse: Refuse
+) -> Callable[[Any], Any]:
+    """What becomes of the value ``COALESCE(...)`` picks on ``dialect``: converted to the
+    arguments' common type (an integer 0 after a NULL DECIMAL sum is a DECIMAL 0) on
+    PostgreSQL and MariaDB/MySQL, as it is on SQLite and where the types are not known."""
+    if dialect not in ("postgresql", "mysql", "mariadb"):
+        return lambda value: value
+    common = _wider([numeric_kind(a, dialect) for a in element.clauses])
+    if common is None or common[0] == "int":
+        return lambda value: value
+    if common[0] == "float":
+        return lambda value: float(value) if isinstance(value, (int, Decimal)) else value
+    scale = common[1]
+    if dialect == "postgresql":  # a NUMERIC value keeps its own scale: 0 is 0
+        return lambda value: Decimal(value) if isinstance(value, int) else value
+    if scale is None:
+        raise refuse(element, f"the scale of its DECIMAL result on {dialect} is not known "
+                     "(give each argument a Numeric(p, s) type)")  # fmt: skip
+    step = Decimal(1).scaleb(-scale)
+    return lambda value: (
+        Decimal(value).quantize(step) if isinstance(value, (int, Decimal)) else value
+    )

@@ -37,7 +37,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import describe, function_kind
-from snowshard.sharding.arith import DIALECTS, cast_function, division_function
+from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["Atoms", "Evaluator", "bare", "compile_expression"]
@@ -77,13 +77,25 @@ class Atoms:
     aggregates are found again by structural comparison.
     """
 
-    def __init__(self, dialect: str = "") -> None:
+    def __init__(
+        self,
+        dialect: str = "",
+        distinct_value: Callable[[Any], Any] | None = None,
+        partitioned: Callable[[Any], bool] | None = None,
+    ) -> None:
         self.dialect = dialect
         """The database dialect whose arithmetic division and CAST follow."""
+        self.distinct_value = distinct_value or (lambda value: value)
+        """For ``count(DISTINCT x)``: what sources send beside their rows to tell ``x``'s
+        distinct values apart (``x``, or its weight); refuses what cannot be."""
+        self.partitioned = partitioned or (lambda value: False)
+        """Whether equal values of ``x`` always come from one source (a shard key)."""
         self.helpers: list[Any] = []
         self.kinds: list[Optional[str]] = []
-        """Per helper: None for a key, the aggregate's name, "avg_sum"/"avg_count", or
-        "weight" for a key's ``WEIGHT_STRING()``."""
+        """Per helper: None for a key, the aggregate's name, "avg_sum"/"avg_count",
+        "weight" for a key's ``WEIGHT_STRING()``, "count_distinct" for the value a
+        ``count(DISTINCT x)`` counts (the sources group by it), or "count_partitioned"
+        for such a count that each source computes over values no other source has."""
         self.keys: list[int] = []
         self.averages: list[tuple[int, int, int]] = []
         """(sum helper, count helper, avg helper) of each AVG."""
@@ -107,12 +119,13 @@ class Atoms:
 
     def aggregate(self, element: FunctionElement[Any]) -> int:
         name = str(element.name).lower()
-        for argument in element.clauses:
-            if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op:
-                raise UnsupportedShardQuery(
-                    f"{name}(DISTINCT ...) cannot be merged across shards; select the distinct "
-                    "values and count them in Python, or route the query to one shard"
-                )
+        distinct = [
+            argument
+            for argument in element.clauses
+            if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op
+        ]
+        if distinct:
+            return self._distinct(element, name, distinct)
         found = self._find(element, name)
         if found is not None:
             return found
@@ -125,6 +138,37 @@ class Atoms:
             count = self._add(func.count(argument), "avg_count")
             self.averages.append((total, count, index))
         return index
+
+    def _distinct(self, element: FunctionElement[Any], name: str, arguments: list[Any]) -> int:
+        """The helper of ``count(DISTINCT x)``: the count itself where equal values of
+        ``x`` come from one source (summed), else ``x`` (or its weight), by which the
+        sources then also group, so that the merge counts the distinct values it gets."""
+        if name != "count" or len(list(element.clauses)) != 1:
+            raise UnsupportedShardQuery(
+                f"{name}(DISTINCT ...) cannot be merged across shards (count(DISTINCT x) "
+                "can); select the distinct values and aggregate them in Python, or route the "
+                "query to one shard"
+            )
+        value = bare(arguments[0].element)
+        if self.partitioned(value):
+            found = self._find(element, "count_partitioned")
+            return found if found is not None else self._add(element, "count_partitioned")
+        sent = self.distinct_value(value)
+        found = self._find(bare(sent), "count_distinct")
+        return found if found is not None else self._add(sent, "count_distinct")
+
+    def spread_distinct_counts(self) -> list[Any]:
+        """What the sources must also group by for the ``count(DISTINCT x)`` merged by
+        value. Once they group by anything more, a partitioned count would be counted per
+        finer group, so those are merged by value too."""
+        if "count_distinct" not in self.kinds:
+            return []
+        for index, kind in enumerate(self.kinds):
+            if kind == "count_partitioned":
+                (argument,) = self.helpers[index].clauses
+                self.helpers[index] = bare(self.distinct_value(bare(argument.element)))
+                self.kinds[index] = "count_distinct"
+        return [h for h, k in zip(self.helpers, self.kinds) if k == "count_distinct"]
 
     def add_weight(self, element: Any) -> int:
         """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind
@@ -211,12 +255,13 @@ def _function(element: FunctionElement[Any], atoms: Atoms) -> Evaluator:
         return lambda values: values[index]
     if str(element.name).lower() == "coalesce":
         parts = [compile_expression(argument, atoms) for argument in element.clauses]
+        convert = coalesce_function(element, atoms.dialect, _refuse)
 
         def coalesce(values: Sequence[Any]) -> Any:
             for part in parts:
                 value = part(values)
                 if value is not None:
-                    return value
+                    return convert(value)
             return None
 
         return coalesce

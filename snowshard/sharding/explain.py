@@ -136,6 +136,14 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
         pushed.append("GROUP BY with partial aggregates, on each source")
         kinds = sorted({k for k in merge.atoms.kinds if k})
         merged.append(f"groups merged by key in Python ({', '.join(kinds) or 'keys only'})")
+        if "count_partitioned" in kinds:
+            merged.append(
+                "count(DISTINCT shard key): each source's count, summed (equal keys live in "
+                "one table)"
+            )
+        if "count_distinct" in kinds:
+            pushed.append("count(DISTINCT x): each source also groups by x")
+            merged.append("count(DISTINCT x): the distinct values of x the sources send, counted")
         if merge.extremes:
             merged.append(
                 "MIN/MAX of strings: each source's value with the least/greatest "

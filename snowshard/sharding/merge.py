@@ -22,8 +22,10 @@ the strings' weights to sort, group, pick and match by, or, for ORDER BY and MIN
 PostgreSQL, one database ranks the sources' strings and the merge compares the ranks
 (:mod:`~snowshard.sharding.collation`, :mod:`~snowshard.sharding.ranking`).
 Division and CAST over aggregates are computed as the session's database computes them
-(:mod:`~snowshard.sharding.arith`). What cannot be merged exactly
-(``COUNT(DISTINCT ...)``, window functions not partitioned by the shard key, unknown
+(:mod:`~snowshard.sharding.arith`). ``count(DISTINCT x)`` is summed where ``x`` is a
+shard key (equal keys live in one table), else each source also groups by ``x`` and the
+merge counts the distinct values. What cannot be merged exactly (``SUM``/``AVG`` of
+``DISTINCT`` values, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
@@ -33,10 +35,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Integer, Select, literal, literal_column, null
+from sqlalchemy import Column, Float, Integer, Numeric, Select, literal, literal_column, null
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
@@ -65,6 +68,7 @@ from snowshard._compat import (
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
+from snowshard.sharding.arith import numeric_average
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -80,7 +84,7 @@ from snowshard.sharding.collation import (
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
-from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
@@ -139,6 +143,20 @@ def _direction(element: Any, nulls_large: bool) -> tuple[Any, bool, bool]:
     return element, descending, nulls_first
 
 
+def _partitioned(models: Sequence[ShardedModel], value: Any) -> bool:
+    """Whether equal values of ``value`` always live in one table, so in one source: a
+    shard key column of one of ``models`` (without generations, whose tables of
+    different periods may hold one key)."""
+    table = getattr(value, "table", None)
+    model = model_of_table(table) if isinstance(value, Column) and table is not None else None
+    return (
+        model is not None
+        and model in models
+        and model.timeline is None
+        and value.key in model.keys
+    )
+
+
 def _check_tuples(elements: Iterable[Any], what: str) -> None:
     """Refuse a row value (``tuple_(a, b)``) as an ORDER BY or GROUP BY item: a merge sends
     each item as a column, and a row value is no column (SQLAlchemy cannot select it)."""
@@ -167,11 +185,13 @@ def _source_limit(limit: int, offset: int) -> Any:
     return literal_column(str(limit), Integer)
 
 
-def _average(total: Any, count: Any, partial: Iterable[Any]) -> Any:
+def _average(total: Any, count: Any, partial: Iterable[Any], dialect: str) -> Any:
     if not count or total is None:
         return None
-    # the type (and scale) the database gives AVG: Decimal on PostgreSQL and MySQL (whose
-    # div_precision_increment keeps 4 decimals), float on SQLite
+    if dialect == "postgresql" and not isinstance(total, float):
+        return numeric_average(total, count)  # NUMERIC sum / count, PostgreSQL's scale
+    # the type (and scale) the database gives AVG: Decimal on MySQL (whose
+    # div_precision_increment keeps 4 decimals beyond the argument's), float on SQLite
     decimals = [value for value in partial if isinstance(value, Decimal)]
     if not decimals:
         return total / count
@@ -232,7 +252,7 @@ class MergePlan:
             check_row_expression(having, models)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
         self.grouped = self.grouped or having is not None
-        self.atoms = Atoms(dialect)
+        self.atoms = Atoms(dialect, self._distinct_value, partial(_partitioned, models))
         self.outputs: list[Evaluator] = []
         self.direct: list[bool] = []
         """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
@@ -253,6 +273,9 @@ class MergePlan:
             self._plan_groups(statement, columns, order, having)
             helpers = self.atoms.helpers
             source = without_having(statement).order_by(None).limit(None).offset(None)
+            spread = self.atoms.spread_distinct_counts()
+            if spread:  # count(DISTINCT x): each source's groups split by x, counted here
+                source = source.group_by(*spread)
             # a computed column is rebuilt from the helpers: a source must not compute it
             # over its own rows only (a division by a partial count of 0, a CAST...)
             source = source.with_only_columns(
@@ -392,6 +415,28 @@ class MergePlan:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
 
+    def _distinct_value(self, value: Any) -> Any:
+        """What sources send to tell the values of ``count(DISTINCT value)`` apart: the
+        value, or where the database matches strings otherwise than Python, its weight
+        (MariaDB); refused for floats (NaN, -0.0) and what cannot be matched."""
+        type_ = getattr(value, "type", None)
+        if isinstance(type_, Float) or (isinstance(type_, Numeric) and not type_.asdecimal):
+            raise UnsupportedShardQuery(
+                f"count(DISTINCT {describe(value)}) across shards: the merge would match "
+                "floating-point values in Python, where NaN and -0.0 (and NUMERIC values "
+                f"read as floats) compare otherwise than on {self.dialect}; count distinct "
+                "values of an exact type, or route the query to one shard"
+            )
+        if isinstance(value, Tuple):
+            raise UnsupportedShardQuery(
+                f"count(DISTINCT {describe(value)}) across shards: a merge reads the counted "
+                "value as a column, and a row value (tuple_()) is not one; count distinct "
+                "values of one expression (e.g. a concatenation), or route the query to one "
+                "shard"
+            )
+        weight = weight_of(value, self.dialect, EQUALITY, "COUNT(DISTINCT)")
+        return value if weight is None else weight
+
     def _register_rank(self, expr: Any) -> int | None:
         """For a GROUP BY key or ``MIN(x)``/``MAX(x)`` of a PostgreSQL string whose collation
         Python does not reproduce (:func:`~.collation.server_order`): its helper, now in
@@ -452,6 +497,9 @@ class MergePlan:
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
         for row in rows:
             groups.setdefault(tuple(row[base + i] for i in self.grouping), []).append(row)
+        if not groups and not self.grouping and "count_distinct" in atoms.kinds:
+            # no GROUP BY: one row, as the sources (grouped by x) may return none
+            groups[()] = []
         merged: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
         for members in groups.values():
             values: list[Any] = [None] * len(atoms.helpers)
@@ -459,6 +507,10 @@ class MergePlan:
                 column = [r[base + index] for r in members]
                 if kind is None or kind == "weight":
                     values[index] = column[0]  # equal within the group (a key's first spelling)
+                elif kind == "count_distinct":
+                    values[index] = len({v for v in column if v is not None})
+                elif kind == "count_partitioned":
+                    values[index] = _combine("count", column)
                 elif kind in ("avg", "avg_sum"):
                     values[index] = _combine("sum", column)
                 elif index in ranks:  # MIN/MAX of strings the database ranked
@@ -476,7 +528,7 @@ class MergePlan:
                     values[weight] = chosen[base + weight]
             for total, count, average in atoms.averages:
                 partial = [r[base + average] for r in members]
-                values[average] = _average(values[total], values[count], partial)
+                values[average] = _average(values[total], values[count], partial, self.dialect)
             if self.having is not None and self.having(values) is not True:
                 continue
             outputs = tuple(output(values) for output in self.outputs)
