@@ -832,7 +832,7 @@ _COLLATIONS = {
 }
 _SHAPES = [
     "min_max", "min_max_grouped", "distinct", "distinct_ordered", "grouped_ordered",
-    "ordered_rows", "ordered_stream",
+    "ordered_rows", "ordered_stream", "count_distinct",
 ]  # fmt: skip
 
 
@@ -860,9 +860,12 @@ def _weighed_statements(
             return grouped.group_by(bucket).order_by(bucket)
         if shape == "distinct":
             return select(text.label("word")).where(*where).distinct()
+        if shape == "count_distinct":
+            counted = select(bucket, func.count(distinct(text)), func.max(text)).where(*where)
+            return counted.group_by(bucket).order_by(bucket)
         if shape == "distinct_ordered":
-            distinct = select(text.label("word")).where(*where).distinct()
-            return distinct.order_by(direction).limit(limit)
+            unique = select(text.label("word")).where(*where).distinct()
+            return unique.order_by(direction).limit(limit)
         if shape == "grouped_ordered":
             grouped = select(text.label("word"), func.count()).where(*where).group_by(text)
             return grouped.order_by(direction).limit(limit)
@@ -877,8 +880,8 @@ def _weighed_statements(
 @pytest.mark.parametrize("words", [BACKENDS[1], BACKENDS[2]], indirect=True)
 @given(data=st.data())
 def test_merges_by_weight_or_rank_equal_one_table(words: Words, data: st.DataObject) -> None:
-    """Random MIN/MAX, DISTINCT, GROUP BY and ORDER BY (with LIMIT, buffered or streamed) of
-    a string under MariaDB and PostgreSQL collations equal the twin's rows, up to which
+    """Random MIN/MAX, DISTINCT, count(DISTINCT), GROUP BY and ORDER BY (with LIMIT, buffered
+    or streamed) of a string under MariaDB and PostgreSQL collations equal the twin's rows, up to which
     spelling of strings a MariaDB collation calls equal shows (rows ordered by ID as well,
     and PostgreSQL's deterministic collations, compare exactly)."""
     shape, collation, build = data.draw(_weighed_statements(_COLLATIONS[words.backend]))
