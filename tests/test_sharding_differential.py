@@ -181,6 +181,8 @@ _AGGREGATES: list[Callable[[Any], Any]] = [
     lambda m: func.count(m.status.distinct()),
     lambda m: func.count(m.user_id.distinct()),
     lambda m: func.count(m.amount.distinct()) * 2,
+    lambda m: func.sum(m.amount.distinct()),
+    lambda m: func.avg(m.user_id.distinct()),
     lambda m: func.sum(m.amount) / func.count(),
     lambda m: func.sum(m.amount) // func.count(),
     lambda m: cast(func.sum(m.amount) * 10 / func.count(), Integer),

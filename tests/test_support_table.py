@@ -191,15 +191,19 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
         )
     ],
-    "COUNT(DISTINCT x)": [
+    "COUNT(DISTINCT x), SUM/AVG(DISTINCT x)": [
         Example("merged", lambda w: select(func.count(distinct(w.Order.user_id)))),
+        Example(
+            "merged",
+            lambda w: select(func.sum(distinct(w.Order.amount)), func.avg(distinct(w.Order.amount))),
+        ),
         Example(
             "merged",
             lambda w: select(w.Order.status, func.count(distinct(w.Order.amount)), func.count())
             .group_by(w.Order.status)
             .order_by(w.Order.status),
         ),
-        Example("refused", lambda w: select(func.sum(distinct(w.Order.amount)))),
+        Example("refused", lambda w: select(func.max(distinct(w.Order.amount)))),
     ],
     "`+ - *`, comparisons, AND/OR, CASE, COALESCE over aggregates and group keys": [
         Example(

@@ -52,6 +52,8 @@ __all__ = [
     "cast_function",
     "coalesce_function",
     "division_function",
+    "integer_average",
+    "integer_sum",
     "numeric_average",
 ]
 
@@ -129,6 +131,28 @@ def numeric_average(total: Any, count: int) -> Decimal:
     """PostgreSQL's AVG of integers or NUMERIC values whose sum is ``total``: their NUMERIC
     sum divided by their count, with the scale of a NUMERIC division."""
     return _pg_numeric_divide(Decimal(total), Decimal(count))
+
+
+def integer_sum(total: int, argument: Any, dialect: str) -> Any:
+    """``SUM`` of integers ``argument`` whose exact sum is ``total``, typed as ``dialect``
+    types it: a DECIMAL on MariaDB/MySQL, a NUMERIC for PostgreSQL's bigint (a bigint for
+    smaller integers), an integer on SQLite."""
+    if dialect in ("mysql", "mariadb"):
+        return Decimal(total)
+    if dialect == "postgresql" and isinstance(getattr(argument, "type", None), sqltypes.BigInteger):
+        return Decimal(total)
+    return total
+
+
+def integer_average(total: int, count: int, dialect: str) -> Any:
+    """``AVG`` of ``count`` integers summing to ``total``, as ``dialect`` computes it: a
+    NUMERIC division on PostgreSQL, a DECIMAL with ``div_precision_increment`` (4) decimals
+    rounded half up on MariaDB/MySQL, a float on SQLite."""
+    if dialect == "postgresql":
+        return numeric_average(total, count)
+    if dialect in ("mysql", "mariadb"):
+        return _decimal_quotient(total, count, _MYSQL_DIV_INCREMENT)
+    return total / count
 
 
 def _as_pg_numeric(value: Any) -> Decimal:

@@ -34,13 +34,17 @@ from sqlalchemy.sql.elements import (
     UnaryExpression,
 )
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import Integer
 
 from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import describe, function_kind
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
-__all__ = ["Atoms", "Evaluator", "bare", "compile_expression"]
+__all__ = ["BY_VALUE", "Atoms", "Evaluator", "bare", "compile_expression"]
+
+BY_VALUE = ("count_distinct", "sum_distinct", "avg_distinct")
+"""Kinds of helpers that carry the values an aggregate of DISTINCT values aggregates."""
 
 Evaluator = Callable[[Sequence[Any]], Any]
 """A compiled expression: merged atom values -> the expression's value."""
@@ -93,9 +97,10 @@ class Atoms:
         self.helpers: list[Any] = []
         self.kinds: list[Optional[str]] = []
         """Per helper: None for a key, the aggregate's name, "avg_sum"/"avg_count",
-        "weight" for a key's ``WEIGHT_STRING()``, "count_distinct" for the value a
-        ``count(DISTINCT x)`` counts (the sources group by it), or "count_partitioned"
-        for such a count that each source computes over values no other source has."""
+        "weight" for a key's ``WEIGHT_STRING()``, "count_distinct", "sum_distinct" or
+        "avg_distinct" for the value ``count``/``sum``/``avg(DISTINCT x)`` aggregates (the
+        sources group by it: :data:`BY_VALUE`), or "count_partitioned" for a count of
+        distinct values that each source computes over values no other source has."""
         self.keys: list[int] = []
         self.averages: list[tuple[int, int, int]] = []
         """(sum helper, count helper, avg helper) of each AVG."""
@@ -140,35 +145,44 @@ class Atoms:
         return index
 
     def _distinct(self, element: FunctionElement[Any], name: str, arguments: list[Any]) -> int:
-        """The helper of ``count(DISTINCT x)``: the count itself where equal values of
-        ``x`` come from one source (summed), else ``x`` (or its weight), by which the
-        sources then also group, so that the merge counts the distinct values it gets."""
-        if name != "count" or len(list(element.clauses)) != 1:
+        """The helper of ``count``/``sum``/``avg(DISTINCT x)``: for a count, the count
+        itself where equal values of ``x`` come from one source (summed); else ``x`` (or
+        its weight), by which the sources then also group, so that the merge aggregates
+        the distinct values it gets. SUM and AVG of distinct integers only."""
+        if name not in ("count", "sum", "avg") or len(list(element.clauses)) != 1:
             raise UnsupportedShardQuery(
-                f"{name}(DISTINCT ...) cannot be merged across shards (count(DISTINCT x) "
-                "can); select the distinct values and aggregate them in Python, or route the "
-                "query to one shard"
+                f"{name}(DISTINCT ...) cannot be merged across shards (count, sum and avg of "
+                "DISTINCT values can); select the distinct values and aggregate them in "
+                "Python, or route the query to one shard"
             )
         value = bare(arguments[0].element)
-        if self.partitioned(value):
+        if name == "count" and self.partitioned(value):
             found = self._find(element, "count_partitioned")
             return found if found is not None else self._add(element, "count_partitioned")
         sent = self.distinct_value(value)
-        found = self._find(bare(sent), "count_distinct")
-        return found if found is not None else self._add(sent, "count_distinct")
+        if name != "count" and not isinstance(getattr(value, "type", None), Integer):
+            raise UnsupportedShardQuery(
+                f"{name}(DISTINCT {describe(value)}) across shards: merged for integers only "
+                f"(this is {getattr(value, 'type', 'untyped')}), whose sum and average the "
+                "merge computes as each database does; route the query to one shard, or "
+                "select the distinct values and aggregate them in Python"
+            )
+        kind = f"{name}_distinct"
+        found = self._find(bare(sent), kind)
+        return found if found is not None else self._add(sent, kind)
 
-    def spread_distinct_counts(self) -> list[Any]:
-        """What the sources must also group by for the ``count(DISTINCT x)`` merged by
-        value. Once they group by anything more, a partitioned count would be counted per
-        finer group, so those are merged by value too."""
-        if "count_distinct" not in self.kinds:
+    def spread_distinct(self) -> list[Any]:
+        """What the sources must also group by for the aggregates of DISTINCT values merged
+        by value (:data:`BY_VALUE`). Once they group by anything more, a partitioned count
+        would be counted per finer group, so those are merged by value too."""
+        if not any(kind in BY_VALUE for kind in self.kinds):
             return []
         for index, kind in enumerate(self.kinds):
             if kind == "count_partitioned":
                 (argument,) = self.helpers[index].clauses
                 self.helpers[index] = bare(self.distinct_value(bare(argument.element)))
                 self.kinds[index] = "count_distinct"
-        return [h for h, k in zip(self.helpers, self.kinds) if k == "count_distinct"]
+        return [h for h, k in zip(self.helpers, self.kinds) if k in BY_VALUE]
 
     def add_weight(self, element: Any) -> int:
         """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind

@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from snowshard.sharding.bulk import assigned
 from snowshard.sharding.errors import ShardingError
+from snowshard.sharding.evaluate import BY_VALUE
 from snowshard.sharding.execute import Plan, Step, plan_statement
 from snowshard.sharding.hints import Hint, hint_of
 from snowshard.sharding.merge import MergePlan
@@ -141,9 +142,12 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
                 "count(DISTINCT shard key): each source's count, summed (equal keys live in "
                 "one table)"
             )
-        if "count_distinct" in kinds:
-            pushed.append("count(DISTINCT x): each source also groups by x")
-            merged.append("count(DISTINCT x): the distinct values of x the sources send, counted")
+        if any(k in BY_VALUE for k in kinds):
+            pushed.append("aggregates of DISTINCT x: each source also groups by x")
+            merged.append(
+                "aggregates of DISTINCT x: the distinct values of x the sources send, "
+                "counted, summed or averaged"
+            )
         if merge.extremes:
             merged.append(
                 "MIN/MAX of strings: each source's value with the least/greatest "

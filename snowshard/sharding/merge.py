@@ -24,8 +24,9 @@ PostgreSQL, one database ranks the sources' strings and the merge compares the r
 Division and CAST over aggregates are computed as the session's database computes them
 (:mod:`~snowshard.sharding.arith`). ``count(DISTINCT x)`` is summed where ``x`` is a
 shard key (equal keys live in one table), else each source also groups by ``x`` and the
-merge counts the distinct values. What cannot be merged exactly (``SUM``/``AVG`` of
-``DISTINCT`` values, window functions not partitioned by the shard key, unknown
+merge counts the distinct values (or, for ``sum``/``avg(DISTINCT x)`` of integers, sums or
+averages them). What cannot be merged exactly (MIN/MAX of ``DISTINCT`` values, SUM/AVG of
+distinct non-integers, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
@@ -68,7 +69,7 @@ from snowshard._compat import (
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
-from snowshard.sharding.arith import numeric_average
+from snowshard.sharding.arith import integer_average, integer_sum, numeric_average
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -83,7 +84,7 @@ from snowshard.sharding.collation import (
     weight_of,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.evaluate import Atoms, Evaluator, compile_expression
+from snowshard.sharding.evaluate import BY_VALUE, Atoms, Evaluator, compile_expression
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
@@ -155,6 +156,19 @@ def _partitioned(models: Sequence[ShardedModel], value: Any) -> bool:
         and model.timeline is None
         and value.key in model.keys
     )
+
+
+def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) -> Any:
+    """``count``, ``sum`` or ``avg`` (``kind``: :data:`BY_VALUE`) of the distinct non-NULL
+    values of ``column`` (``helper``'s, the sources' finer groups), as ``dialect`` types it."""
+    present = {v for v in column if v is not None}
+    if kind == "count_distinct":
+        return len(present)
+    if not present:
+        return None
+    if kind == "sum_distinct":
+        return integer_sum(sum(present), helper, dialect)
+    return integer_average(sum(present), len(present), dialect)
 
 
 def _check_tuples(elements: Iterable[Any], what: str) -> None:
@@ -273,8 +287,8 @@ class MergePlan:
             self._plan_groups(statement, columns, order, having)
             helpers = self.atoms.helpers
             source = without_having(statement).order_by(None).limit(None).offset(None)
-            spread = self.atoms.spread_distinct_counts()
-            if spread:  # count(DISTINCT x): each source's groups split by x, counted here
+            spread = self.atoms.spread_distinct()
+            if spread:  # aggregates of DISTINCT x: each source's groups split by x
                 source = source.group_by(*spread)
             # a computed column is rebuilt from the helpers: a source must not compute it
             # over its own rows only (a division by a partial count of 0, a CAST...)
@@ -497,7 +511,7 @@ class MergePlan:
         groups: dict[tuple[Any, ...], list[Sequence[Any]]] = {}
         for row in rows:
             groups.setdefault(tuple(row[base + i] for i in self.grouping), []).append(row)
-        if not groups and not self.grouping and "count_distinct" in atoms.kinds:
+        if not groups and not self.grouping and any(k in BY_VALUE for k in atoms.kinds):
             # no GROUP BY: one row, as the sources (grouped by x) may return none
             groups[()] = []
         merged: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
@@ -507,8 +521,8 @@ class MergePlan:
                 column = [r[base + index] for r in members]
                 if kind is None or kind == "weight":
                     values[index] = column[0]  # equal within the group (a key's first spelling)
-                elif kind == "count_distinct":
-                    values[index] = len({v for v in column if v is not None})
+                elif kind in BY_VALUE:
+                    values[index] = _of_distinct(kind, column, atoms.helpers[index], self.dialect)
                 elif kind == "count_partitioned":
                     values[index] = _combine("count", column)
                 elif kind in ("avg", "avg_sum"):
