@@ -63,6 +63,10 @@ def test_count_distinct_says_how_it_is_counted(session: ShardedSession) -> None:
     valued = explain(session, select(func.count(distinct(Order.country))))
     assert any("also groups by x" in item for item in valued.pushed_down)
     assert all("GROUP BY ref_orders.country" in s.sql for s in valued.statements)
+    both = explain(
+        session, select(func.count(distinct(Order.amount)), func.sum(distinct(Order.amount)))
+    )
+    assert all(s.sql.endswith("GROUP BY ref_orders.amount") for s in both.statements)
 
 
 def test_keyed_query_runs_on_one_table(session: ShardedSession) -> None:

@@ -182,7 +182,11 @@ class Atoms:
                 (argument,) = self.helpers[index].clauses
                 self.helpers[index] = bare(self.distinct_value(bare(argument.element)))
                 self.kinds[index] = "count_distinct"
-        return [h for h, k in zip(self.helpers, self.kinds) if k in BY_VALUE]
+        spread: list[Any] = []
+        for helper, kind in zip(self.helpers, self.kinds):
+            if kind in BY_VALUE and not any(_same(helper, other) for other in spread):
+                spread.append(helper)  # count and sum of DISTINCT x: grouped by x once
+        return spread
 
     def add_weight(self, element: Any) -> int:
         """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind
