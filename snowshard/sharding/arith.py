@@ -133,15 +133,21 @@ def numeric_average(total: Any, count: int) -> Decimal:
     return _pg_numeric_divide(Decimal(total), Decimal(count))
 
 
+def _decimal_sum(argument: Any, dialect: str) -> bool:
+    """Whether ``dialect`` sums the integers ``argument`` into a DECIMAL: always on
+    MariaDB/MySQL, a bigint's on PostgreSQL (smaller integers sum into a bigint), never on
+    SQLite."""
+    if dialect in ("mysql", "mariadb"):
+        return True
+    return dialect == "postgresql" and isinstance(
+        getattr(argument, "type", None), sqltypes.BigInteger
+    )
+
+
 def integer_sum(total: int, argument: Any, dialect: str) -> Any:
     """``SUM`` of integers ``argument`` whose exact sum is ``total``, typed as ``dialect``
-    types it: a DECIMAL on MariaDB/MySQL, a NUMERIC for PostgreSQL's bigint (a bigint for
-    smaller integers), an integer on SQLite."""
-    if dialect in ("mysql", "mariadb"):
-        return Decimal(total)
-    if dialect == "postgresql" and isinstance(getattr(argument, "type", None), sqltypes.BigInteger):
-        return Decimal(total)
-    return total
+    types it (:func:`_decimal_sum`)."""
+    return Decimal(total) if _decimal_sum(argument, dialect) else total
 
 
 def integer_average(total: int, count: int, dialect: str) -> Any:
@@ -327,9 +333,8 @@ def numeric_kind(element: Any, dialect: str) -> Kind | None:
             if name == "avg":
                 mysql = dialect in ("mysql", "mariadb")
                 return "decimal", (None if scale is None or not mysql else scale + 4)
-            wide = not isinstance(next(iter(plain.clauses)).type, sqltypes.BigInteger)
-            if kind == "int" and dialect == "postgresql" and wide:
-                return "int", 0  # SUM of smallint/integer is a bigint there
+            if kind == "int" and not _decimal_sum(next(iter(plain.clauses)), dialect):
+                return "int", 0
             return "decimal", scale
         if name == "coalesce":
             return _wider(arguments)

@@ -72,7 +72,6 @@ that sorts (glibc, ICU) does."""
 _DEFAULTS: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], ...]] = (
     weakref.WeakKeyDictionary()
 )
-_ENCODINGS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
 _CODE_POINT_ENCODINGS = frozenset({"UTF8", "LATIN1"})
 """Encodings whose byte order is code-point order."""
 
@@ -114,8 +113,8 @@ def code_point_ranks(strings: Collection[str]) -> dict[str, int]:
     return {value: position for position, value in enumerate(sorted(strings))}
 
 
-_UTF8 = "6"
-"""``pg_database.encoding`` of UTF-8."""
+_UTF8 = "UTF8"
+"""PostgreSQL's name of UTF-8 (``pg_encoding_to_char``)."""
 
 
 def _by_code_point(default: tuple[tuple[str, str], ...]) -> bool:
@@ -150,12 +149,17 @@ def database_ranker(connection: Connection) -> Ranker:
 
 
 def _default_of(connection: Connection) -> tuple[tuple[str, str], ...]:
-    """How ``connection``'s database orders strings by default (read once per engine)."""
+    """How ``connection``'s database orders strings by default, its encoding by name
+    (read once per engine)."""
     engine = connection.engine
     found = _DEFAULTS.get(engine)
     if found is None:
         row = connection.execute(
-            text("SELECT to_jsonb(d) FROM pg_database d WHERE datname = current_database()")
+            text(
+                "SELECT to_jsonb(d) || jsonb_build_object('encoding', "
+                "pg_encoding_to_char(d.encoding)) "
+                "FROM pg_database d WHERE datname = current_database()"
+            )
         ).scalar_one()
         provider = str(row.get("datlocprovider", "c"))
         keys = _SETTINGS.get(provider, tuple(sorted(row)))
@@ -188,29 +192,13 @@ def check_defaults(
     )
 
 
-def _encoding_of(connection: Connection) -> str:
-    """The encoding of ``connection``'s database (read once per engine)."""
-    engine = connection.engine
-    found = _ENCODINGS.get(engine)
-    if found is None:
-        found = _ENCODINGS[engine] = str(
-            connection.execute(
-                text(
-                    "SELECT pg_encoding_to_char(encoding) FROM pg_database "
-                    "WHERE datname = current_database()"
-                )
-            ).scalar_one()
-        )
-    return found
-
-
 def check_code_point(connections: Mapping[str, Connection]) -> None:
     """Refuse a merge that orders strings of a collation named ``C`` or ``POSIX`` by code
     point (:attr:`~snowshard.sharding.merge.MergePlan.code_point`) when one of the
     databases it reads is encoded otherwise than UTF-8 or LATIN1: there ``C`` compares
     bytes that do not sort as code points do (LATIN9 puts ``€``, 0xA4, before ``ä``)."""
     for name, connection in connections.items():
-        encoding = _encoding_of(connection)
+        encoding = dict(_default_of(connection)).get("encoding")
         if encoding not in _CODE_POINT_ENCODINGS:
             raise UnsupportedShardQuery(
                 f'a merge across shards orders strings of the collation "C" (or "POSIX") by '
