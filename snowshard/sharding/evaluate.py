@@ -159,7 +159,6 @@ class Atoms:
         if name == "count" and self.partitioned(value):
             found = self._find(element, "count_partitioned")
             return found if found is not None else self._add(element, "count_partitioned")
-        sent = self.distinct_value(value)
         if name != "count" and not isinstance(getattr(value, "type", None), Integer):
             raise UnsupportedShardQuery(
                 f"{name}(DISTINCT {describe(value)}) across shards: merged for integers only "
@@ -167,6 +166,7 @@ class Atoms:
                 "merge computes as each database does; route the query to one shard, or "
                 "select the distinct values and aggregate them in Python"
             )
+        sent = self.distinct_value(value)
         kind = f"{name}_distinct"
         found = self._find(bare(sent), kind)
         return found if found is not None else self._add(sent, kind)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_UP, Decimal
-from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -266,7 +265,9 @@ class MergePlan:
             check_row_expression(having, models)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
         self.grouped = self.grouped or having is not None
-        self.atoms = Atoms(dialect, self._distinct_value, partial(_partitioned, models))
+        self.atoms = Atoms(
+            dialect, self._distinct_value, lambda value: _partitioned(models, value)
+        )
         self.outputs: list[Evaluator] = []
         self.direct: list[bool] = []
         """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
