@@ -832,7 +832,7 @@ _COLLATIONS = {
 }
 _SHAPES = [
     "min_max", "min_max_grouped", "distinct", "distinct_ordered", "grouped_ordered",
-    "ordered_rows", "ordered_stream", "count_distinct",
+    "ordered_rows", "ordered_stream", "count_distinct", "min_max_distinct",
 ]  # fmt: skip
 
 
@@ -860,6 +860,10 @@ def _weighed_statements(
             return grouped.group_by(bucket).order_by(bucket)
         if shape == "distinct":
             return select(text.label("word")).where(*where).distinct()
+        if shape == "min_max_distinct":
+            least, most = func.min(distinct(text)), func.max(distinct(text))
+            picked = select(bucket, least, most).where(*where).group_by(bucket)
+            return picked.order_by(most.desc() if descending else most, bucket)
         if shape == "count_distinct":
             counted = select(bucket, func.count(distinct(text)), func.max(text)).where(*where)
             return counted.group_by(bucket).order_by(bucket)
@@ -880,7 +884,7 @@ def _weighed_statements(
 @pytest.mark.parametrize("words", [BACKENDS[1], BACKENDS[2]], indirect=True)
 @given(data=st.data())
 def test_merges_by_weight_or_rank_equal_one_table(words: Words, data: st.DataObject) -> None:
-    """Random MIN/MAX, DISTINCT, count(DISTINCT), GROUP BY and ORDER BY (with LIMIT, buffered
+    """Random MIN/MAX (of DISTINCT values too), DISTINCT, count(DISTINCT), GROUP BY and ORDER BY (with LIMIT, buffered
     or streamed) of a string under MariaDB and PostgreSQL collations equal the twin's rows, up to which
     spelling of strings a MariaDB collation calls equal shows (rows ordered by ID as well,
     and PostgreSQL's deterministic collations, compare exactly)."""

@@ -183,6 +183,8 @@ _AGGREGATES: list[Callable[[Any], Any]] = [
     lambda m: func.count(m.amount.distinct()) * 2,
     lambda m: func.sum(m.amount.distinct()),
     lambda m: func.avg(m.user_id.distinct()),
+    lambda m: func.max(m.amount.distinct()) - func.min(m.user_id.distinct()),
+    lambda m: func.min(m.status.distinct()),
     lambda m: func.sum(m.amount) / func.count(),
     lambda m: func.sum(m.amount) // func.count(),
     lambda m: cast(func.sum(m.amount) * 10 / func.count(), Integer),

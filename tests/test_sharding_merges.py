@@ -163,13 +163,35 @@ def test_sum_and_avg_of_distinct_integers_merge_by_their_values(setup: Setup) ->
         assert got == twin and got
 
 
+def test_min_and_max_of_distinct_values_merge_as_min_and_max(setup: Setup) -> None:
+    """min/max(DISTINCT x) of integers and strings, per group, in HAVING and ORDER BY and
+    over every row, equal one table's."""
+
+    def grouped(m: Any) -> Any:
+        most = func.max(distinct(m.amount))
+        return (
+            select(m.status, func.min(distinct(m.amount)), most.label("most"))
+            .group_by(m.status)
+            .having(func.min(distinct(m.user_id)) > 0)
+            .order_by(most.desc(), m.status)
+        )
+
+    got, twin = _both(setup, grouped)
+    assert got == twin and len(got) == 4
+    got, twin = _both(
+        setup,
+        lambda m: select(func.min(distinct(m.status)), func.max(distinct(m.status))),
+    )
+    assert got == twin and len(got) == 1
+
+
 def test_other_aggregates_of_distinct_values_and_floats_are_refused(setup: Setup) -> None:
-    """max(DISTINCT x), sum(DISTINCT) of a non-integer, count(DISTINCT) of a float or of a
-    row value are refused before any SQL runs."""
+    """sum(DISTINCT a, b), sum(DISTINCT) of a non-integer, count(DISTINCT) of a float or
+    of a row value are refused before any SQL runs."""
     order = setup.schema.Order
     setup.sent.clear()
     for statement, match in (
-        (select(func.max(distinct(order.amount))), r"max\(DISTINCT"),
+        (select(func.sum(distinct(order.amount), order.user_id)), "several values"),
         (select(func.sum(distinct(cast(order.amount, Numeric(8, 2))))), "integers only"),
         (select(func.count(distinct(cast(order.amount, Float)))), "floating-point"),
         (select(func.count(distinct(tuple_(order.amount, order.status)))), "row value"),

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from sqlalchemy import (
     Integer,
+    Numeric,
     String,
     and_,
     case,
@@ -191,7 +192,7 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
         )
     ],
-    "COUNT(DISTINCT x), SUM/AVG(DISTINCT x)": [
+    "COUNT(DISTINCT x), SUM/AVG/MIN/MAX(DISTINCT x)": [
         Example("merged", lambda w: select(func.count(distinct(w.Order.user_id)))),
         Example(
             "merged",
@@ -203,7 +204,15 @@ EXAMPLES: dict[str, list[Example]] = {
             .group_by(w.Order.status)
             .order_by(w.Order.status),
         ),
-        Example("refused", lambda w: select(func.max(distinct(w.Order.amount)))),
+        Example(
+            "merged",
+            lambda w: select(w.Order.status, func.max(distinct(w.Order.status)))
+            .group_by(w.Order.status)
+            .order_by(func.min(distinct(w.Order.amount))),
+        ),
+        Example(
+            "refused", lambda w: select(func.sum(distinct(cast(w.Order.amount, Numeric(8, 2)))))
+        ),
     ],
     "`+ - *`, comparisons, AND/OR, CASE, COALESCE over aggregates and group keys": [
         Example(

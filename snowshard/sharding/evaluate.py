@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, Optional
 
-from sqlalchemy.sql import operators
+from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.elements import (
     BinaryExpression,
     BindParameter,
@@ -33,15 +33,22 @@ from sqlalchemy.sql.elements import (
     True_,
     UnaryExpression,
 )
-from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.functions import FunctionElement, func
 from sqlalchemy.types import Integer
 
 from snowshard._compat import LabelReference, plugin_subject_of
-from snowshard.sharding.analysis import describe, function_kind
+from snowshard.sharding.analysis import describe, function_kind, walk
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
-__all__ = ["BY_VALUE", "Atoms", "Evaluator", "bare", "compile_expression"]
+__all__ = [
+    "BY_VALUE",
+    "Atoms",
+    "Evaluator",
+    "bare",
+    "compile_expression",
+    "without_distinct_extremes",
+]
 
 BY_VALUE = ("count_distinct", "sum_distinct", "avg_distinct")
 """Kinds of helpers that carry the values an aggregate of DISTINCT values aggregates."""
@@ -59,6 +66,39 @@ def bare(element: Any) -> Any:
             element = element.clauses[0]  # GROUP BY of a function: a list of one label
         else:
             return element
+
+
+def _distinct_extreme(element: Any) -> bool:
+    """Whether ``element`` is ``MIN(DISTINCT x)`` or ``MAX(DISTINCT x)``."""
+    if not isinstance(element, FunctionElement) or str(element.name).lower() not in (
+        "min",
+        "max",
+    ):
+        return False
+    arguments = list(element.clauses)
+    return (
+        len(arguments) == 1
+        and isinstance(arguments[0], UnaryExpression)
+        and arguments[0].operator is operators.distinct_op
+    )
+
+
+def without_distinct_extremes(element: Any) -> Any:
+    """``element`` with each ``MIN(DISTINCT x)``/``MAX(DISTINCT x)`` in it written
+    ``MIN(x)``/``MAX(x)``, of the same type: the least of the distinct values is the least
+    value, so the merge then picks it as for any MIN/MAX (strings by weight or rank
+    included). ``element`` itself where it holds neither."""
+    if element is None or not any(_distinct_extreme(part) for part in walk(element)):
+        return element
+
+    def plain(element: Any, **kw: Any) -> Any:
+        if not _distinct_extreme(element):
+            return None
+        (argument,) = element.clauses
+        return getattr(func, str(element.name).lower())(argument.element, type_=element.type)
+
+    no_options: dict[str, Any] = {}
+    return visitors.replacement_traverse(element, no_options, plain)
 
 
 def _same(left: Any, right: Any) -> bool:
@@ -149,11 +189,17 @@ class Atoms:
         itself where equal values of ``x`` come from one source (summed); else ``x`` (or
         its weight), by which the sources then also group, so that the merge aggregates
         the distinct values it gets. SUM and AVG of distinct integers only."""
-        if name not in ("count", "sum", "avg") or len(list(element.clauses)) != 1:
+        if name not in ("count", "sum", "avg"):
             raise UnsupportedShardQuery(
-                f"{name}(DISTINCT ...) cannot be merged across shards (count, sum and avg of "
-                "DISTINCT values can); select the distinct values and aggregate them in "
-                "Python, or route the query to one shard"
+                f"{name}(DISTINCT ...) cannot be merged across shards (count, sum, avg, min "
+                "and max of DISTINCT values can); select the distinct values and aggregate "
+                "them in Python, or route the query to one shard"
+            )
+        if len(list(element.clauses)) != 1:
+            raise UnsupportedShardQuery(
+                f"{name}(DISTINCT ...) of several values cannot be merged across shards (of "
+                f"one value it can); write {name}(DISTINCT x) of one expression, or route the "
+                "query to one shard"
             )
         value = bare(arguments[0].element)
         if name == "count" and self.partitioned(value):

@@ -25,8 +25,8 @@ Division and CAST over aggregates are computed as the session's database compute
 (:mod:`~snowshard.sharding.arith`). ``count(DISTINCT x)`` is summed where ``x`` is a
 shard key (equal keys live in one table), else each source also groups by ``x`` and the
 merge counts the distinct values (or, for ``sum``/``avg(DISTINCT x)`` of integers, sums or
-averages them). What cannot be merged exactly (MIN/MAX of ``DISTINCT`` values, SUM/AVG of
-distinct non-integers, window functions not partitioned by the shard key, unknown
+averages them); ``MIN``/``MAX(DISTINCT x)`` are ``MIN``/``MAX(x)``. What cannot be merged
+exactly (SUM/AVG of distinct non-integers, window functions not partitioned by the shard key, unknown
 functions, division and CAST on other databases) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
@@ -83,7 +83,13 @@ from snowshard.sharding.collation import (
     weight_of,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.evaluate import BY_VALUE, Atoms, Evaluator, compile_expression
+from snowshard.sharding.evaluate import (
+    BY_VALUE,
+    Atoms,
+    Evaluator,
+    compile_expression,
+    without_distinct_extremes,
+)
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
@@ -254,11 +260,12 @@ class MergePlan:
         """Columns of a result row (an ORM entity is one)."""
         self.dialect = dialect
         nulls_large = dialect in _NULLS_LARGE
-        columns = list(statement.selected_columns)
+        columns = [without_distinct_extremes(c) for c in statement.selected_columns]
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
+        order = [(without_distinct_extremes(e), d, n) for e, d, n in order]
         _check_tuples([e for e, _, _ in order], "ORDER BY")
         _check_tuples(group_by_of(statement), "GROUP BY")
-        having = having_of(statement)
+        having = without_distinct_extremes(having_of(statement))
         aggregated = [check_row_expression(c, models) for c in columns]
         ordered = [check_row_expression(e, models) for e, _, _ in order]
         if having is not None:
