@@ -47,6 +47,7 @@ __all__ = [
     "copy_schema_item",
     "deannotated",
     "distinct_of",
+    "distinct_on_of",
     "explicit_correlation",
     "fetch_clause_of",
     "fetch_raw",
@@ -77,6 +78,7 @@ __all__ = [
     "session_execution_options",
     "several_rows_per_object",
     "slot_parameter",
+    "syntax_extensions_of",
     "variant_for",
     "without_having",
 ]
@@ -145,6 +147,41 @@ def fetch_clause_of(statement: Any) -> Any:
 def distinct_of(statement: Any) -> bool:
     """Whether a SELECT is DISTINCT or DISTINCT ON (``_distinct``/``_distinct_on``, all versions)."""
     return bool(statement._distinct or statement._distinct_on)
+
+
+_EXTENSION_POINTS = (
+    "_post_select_clause",
+    "_pre_columns_clause",
+    "_post_criteria_clause",
+    "_post_body_clause",
+)
+"""Where SQLAlchemy 2.1 keeps a SELECT's syntax extensions (``Select.ext()``); absent in 2.0."""
+
+
+def _extensions_of(statement: Any) -> list[Any]:
+    found: list[Any] = []
+    for point in _EXTENSION_POINTS:
+        clause = getattr(statement, point, None)
+        if clause is not None:
+            found.extend(getattr(clause, "clauses", None) or (clause,))
+    return found
+
+
+def distinct_on_of(statement: Any) -> tuple[Any, ...]:
+    """The expressions of a SELECT's DISTINCT ON, however written: ``select.distinct(*expr)``
+    (``_distinct_on``, all versions) or ``select.ext(postgresql.distinct_on(*expr))`` (a
+    syntax extension holding ``_distinct_on``, version 2.1)."""
+    found = tuple(statement._distinct_on)
+    for extension in _extensions_of(statement):
+        found += tuple(getattr(extension, "_distinct_on", ()))
+    return found
+
+
+def syntax_extensions_of(statement: Any) -> list[Any]:
+    """A SELECT's syntax extensions (``Select.ext()``, ``_post_select_clause`` and the other
+    extension points: version 2.1; none in 2.0) other than DISTINCT ON: SQL that SQLAlchemy
+    places where the extension says, with a meaning only it knows."""
+    return [e for e in _extensions_of(statement) if not hasattr(e, "_distinct_on")]
 
 
 def has_options(statement: Any) -> bool:

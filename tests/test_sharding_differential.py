@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, seed, settings
 from hypothesis import strategies as st
 from sqlalchemy import Integer, and_, case, cast, exists, func, select
+from sqlalchemy.dialects import postgresql
 
 from snowshard.sharding import UnsupportedShardQuery
 from tests.backends import DatabaseFactory
@@ -37,6 +38,7 @@ from tests.worlds import (
     TwinShop,
     World,
     declare_twin_shop,
+    distinct_on,
     fill_twin_shop,
     open_world,
 )
@@ -115,6 +117,8 @@ class Case:
     """Whether the ORDER BY fixes the row order completely (LIMIT/OFFSET need that)."""
     bugs: tuple[str, ...] = ()
     """The :data:`KNOWN_BUGS` this statement runs into."""
+    postgres_only: bool = False
+    """Whether the statement is PostgreSQL's own SQL (DISTINCT ON)."""
 
 
 def _where(draw: Any, m: Any) -> list[Callable[[Any], Any]]:
@@ -408,7 +412,39 @@ def _reference_nested(draw: Any) -> Case:
     return Case(build, [], False)
 
 
-SHAPES = [_rows, _grouped, _nested, _reference_rows, _reference_grouped, _reference_nested]
+def _distinct_on(draw: Any) -> Case:
+    """PostgreSQL's DISTINCT ON one or two values, the first row of each picked by further
+    ORDER BY parts and the ID (so the answer is one), with a LIMIT and OFFSET or not."""
+    values = ["user_id", "amount", "status", "bucket"]
+    picked = draw(st.lists(st.sampled_from(["id", *values[:3]]), min_size=1, max_size=4, unique=True))
+    on = draw(st.lists(st.sampled_from(values), min_size=1, max_size=2, unique=True))
+    then = draw(st.lists(st.sampled_from(["amount", "status", "user_id"]), max_size=2, unique=True))
+    desc = draw(st.lists(st.booleans(), min_size=len(on) + len(then) + 1, max_size=len(on) + len(then) + 1))
+    limited = draw(st.booleans())
+    limit, offset = (draw(st.integers(1, 6)), draw(st.integers(0, 4))) if limited else (None, 0)
+    filters = _where(draw, None)
+
+    def build(w: Models) -> Any:
+        m = w.Order
+        bucket = m.user_id % 3  # one expression in both clauses: PostgreSQL matches them
+
+        def value(name: str) -> Any:
+            return bucket if name == "bucket" else getattr(m, name)
+
+        statement = select(*[getattr(m, c) for c in picked]).where(*[f(m) for f in filters])
+        keys = [value(v) for v in (*on, *then)] + [m.id]
+        statement = distinct_on(statement, *[value(v) for v in on]).order_by(
+            *[k.desc() if d else k for k, d in zip(keys, desc)]
+        )
+        return statement.limit(limit).offset(offset) if limited else statement
+
+    return Case(build, [], True, postgres_only=True)
+
+
+SHAPES = [
+    _rows, _grouped, _nested, _reference_rows, _reference_grouped, _reference_nested,
+    _distinct_on,
+]  # fmt: skip
 
 
 @st.composite
@@ -424,13 +460,18 @@ def compare(setup: Setup, case_: Case) -> None:
     """The sharded statement's rows equal the twin's, or it is refused before any SQL."""
     if any(KNOWN_BUGS[bug](setup.world) for bug in case_.bugs if bug in KNOWN_BUGS):
         reject()
+    if case_.postgres_only and not setup.name.startswith("postgresql"):
+        reject()
     sharded_statement = case_.build(setup.shop.sharded)
     twin_statement = case_.build(setup.shop.twin)
     log = setup.world.log
     with setup.world.session() as session:
         twin = rows_of(session.execute(twin_statement))
         log.clear()
-        shown = f"{setup.name}: {sharded_statement}"
+        # PostgreSQL's own SQL is shown as PostgreSQL renders it (SQLAlchemy 2.0 warns
+        # when DISTINCT ON is rendered for no particular database)
+        dialect = postgresql.dialect() if case_.postgres_only else None
+        shown = f"{setup.name}: {sharded_statement.compile(dialect=dialect)}"
         try:
             got = rows_of(session.execute(sharded_statement))
         except UnsupportedShardQuery:

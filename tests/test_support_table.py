@@ -58,6 +58,7 @@ from tests.worlds import (
     TwinShop,
     World,
     declare_twin_shop,
+    distinct_on,
     fill_twin_shop,
     open_world,
 )
@@ -124,6 +125,22 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "DISTINCT": [Example("merged", lambda w: select(w.Order.status).distinct())],
+    "DISTINCT ON (PostgreSQL)": [
+        Example(
+            "merged",
+            lambda w: distinct_on(select(w.Order.status, w.Order.id), w.Order.status).order_by(
+                w.Order.status, w.Order.id.desc()
+            ),
+            backends=("postgresql",),
+            ordered=True,
+        ),
+        Example(
+            "refused",
+            lambda w: distinct_on(select(w.Order.status, func.count()), w.Order.status)
+            .group_by(w.Order.status),
+            backends=("postgresql",),
+        ),
+    ],
     "strings ordered, grouped or matched by a merge (ORDER BY, MIN/MAX, GROUP BY, DISTINCT, "
     "comparisons)": [
         # the twin shop's status is declared with each backend's code-point collation
@@ -378,7 +395,8 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
-    "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, `aliased()` "
+    "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, syntax "
+    "extensions (`select.ext()`) other than DISTINCT ON, `aliased()` "
     "of a sharded model, joins through a relationship "
     "attribute or of models sharded differently": [
         Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),

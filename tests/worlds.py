@@ -76,6 +76,7 @@ __all__ = [
     "WorldFactory",
     "declare_shop",
     "declare_twin_shop",
+    "distinct_on",
     "fill_twin_shop",
     "open_world",
     "split_databases",
@@ -86,6 +87,16 @@ LAYOUT = Layout(worker_bits=6, gene_bits=4)
 
 IDS = Snowflake(LAYOUT, worker=3)
 """One generator for every shop: its IDs never repeat within the test process."""
+
+def distinct_on(statement: Any, *values: Any) -> Any:
+    """``statement`` with PostgreSQL's DISTINCT ON ``values``, as this SQLAlchemy spells it
+    (2.1: the ``postgresql.distinct_on`` syntax extension; 2.0: ``select.distinct(*values)``)."""
+    try:
+        from sqlalchemy.dialects.postgresql import distinct_on as extension
+    except ImportError:  # SQLAlchemy 2.0
+        return statement.distinct(*values)
+    return statement.ext(extension(*values))
+
 
 def binary_string(length: int) -> Any:
     """``String(length)`` compared by code point on every backend (SQLite's default

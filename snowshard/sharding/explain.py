@@ -168,7 +168,12 @@ def _merged(merge: MergePlan) -> tuple[list[str], list[str]]:
             "later batch that brings new strings; a default collation must be the same on "
             "every database read, checked when it runs)"
         )
-    if merge.distinct:
+    if merge.distinct_on:
+        merged.append(
+            "DISTINCT ON over the merged rows: the first row of each DISTINCT ON value, in "
+            "ORDER BY order (each source keeps its own first rows)"
+        )
+    elif merge.distinct:
         merged.append(
             "DISTINCT over the merged rows"
             + (

@@ -60,11 +60,13 @@ from snowshard._compat import (
     LabelReference,
     TextualLabelReference,
     distinct_of,
+    distinct_on_of,
     fetch_clause_of,
     group_by_of,
     having_of,
     limit_offset_of,
     order_by_of,
+    syntax_extensions_of,
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
@@ -256,6 +258,16 @@ class MergePlan:
                 "LIMIT/OFFSET across shards must be plain integers, not expressions"
             ) from exc
         self.distinct = distinct_of(statement)
+        if syntax_extensions_of(statement):
+            raise UnsupportedShardQuery(
+                "a syntax extension (select.ext(...)) across shards: what it does to the "
+                "rows is unknown to the merge; route the query to one shard, or leave the "
+                "extension out"
+            )
+        # DISTINCT ON is PostgreSQL's; other dialects render .distinct(x) as DISTINCT
+        distinct_on = distinct_on_of(statement) if dialect == "postgresql" else ()
+        self.distinct_on = bool(distinct_on)
+        """Whether DISTINCT keeps the first row per DISTINCT ON values (:attr:`unique`)."""
         self.width = len(statement.column_descriptions)
         """Columns of a result row (an ORM entity is one)."""
         self.dialect = dialect
@@ -272,6 +284,11 @@ class MergePlan:
             check_row_expression(having, models)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
         self.grouped = self.grouped or having is not None
+        if self.grouped and distinct_on:
+            raise UnsupportedShardQuery(
+                "DISTINCT ON with GROUP BY or aggregates across shards is not merged; route "
+                "the query to one shard, or pick the first row per group in Python"
+            )
         self.atoms = Atoms(
             dialect, self._distinct_value, lambda value: _partitioned(models, value)
         )
@@ -317,7 +334,14 @@ class MergePlan:
                 if ranked is not None:
                     self.ranked[len(helpers)] = ranked
                 helpers.append(value)
-            if self.distinct and not _unique_rows(columns):
+            firsts = []
+            for expr in distinct_on:  # the values whose first row each source keeps
+                if isinstance(expr, TextualLabelReference):
+                    expr = statement.selected_columns[expr.element]
+                check_strings(expr, dialect, EQUALITY, "DISTINCT ON")
+                firsts.append(len(helpers))
+                helpers.append(expr)
+            if self.distinct and not distinct_on and not _unique_rows(columns):
                 entities = self.width != len(columns)  # their columns are matched as they are
                 for index, column in enumerate(columns):
                     if entities:
@@ -339,7 +363,11 @@ class MergePlan:
             for i in range(self.width)
         ]
         """Where DISTINCT reads each selected column's identity in a merged row: the column,
-        or (negative: from the row's end) the WEIGHT_STRING() helper it matches by."""
+        or (negative: from the row's end) the WEIGHT_STRING() helper it matches by; for
+        DISTINCT ON, the helpers of its values (rows come in ORDER BY order, so the first
+        row of each is the one a single table keeps)."""
+        if distinct_on:
+            self.unique = [i - self.helpers for i in firsts]
         self.distinct_by_weight = bool(distinct_weights)
         """Whether DISTINCT matches some selected strings by weight (:attr:`unique`)."""
         self.source = source.add_columns(*labels) if labels else source

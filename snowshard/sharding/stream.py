@@ -195,7 +195,7 @@ def merge_sources(
     if plan.distinct:
         width = len(sources[0].raw.keys())
         kept = [i for i in range(width) if i not in set(positions)]
-        if plan.distinct_by_weight:  # selected columns, some matched by weight
+        if plan.distinct_by_weight or plan.distinct_on:  # matched by some helpers
             kept = [positions[plan.helpers + u] if u < 0 else kept[u] for u in plan.unique]
         merged = _unique(merged, itemgetter(*kept) if len(kept) != 1 else lambda r: r[kept[0]])
     end = None if plan.limit is None else plan.offset + plan.limit
