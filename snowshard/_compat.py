@@ -72,12 +72,14 @@ __all__ = [
     "orm_cursor_result",
     "orm_pre_execute",
     "plugin_subject_of",
+    "prefixes_of",
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
     "session_execution_options",
     "several_rows_per_object",
     "slot_parameter",
+    "suffixes_of",
     "syntax_extensions_of",
     "variant_for",
     "without_having",
@@ -182,6 +184,18 @@ def syntax_extensions_of(statement: Any) -> list[Any]:
     extension points: version 2.1; none in 2.0) other than DISTINCT ON: SQL that SQLAlchemy
     places where the extension says, with a meaning only it knows."""
     return [e for e in _extensions_of(statement) if not hasattr(e, "_distinct_on")]
+
+
+def prefixes_of(statement: Any) -> list[tuple[str, str | None]]:
+    """A SELECT's ``prefix_with()`` texts, each with the dialect it renders for (None or
+    ``"*"``: every one) (``_prefixes``, all versions)."""
+    return [(str(getattr(c, "text", c)), d) for c, d in statement._prefixes]
+
+
+def suffixes_of(statement: Any) -> list[tuple[str, str | None]]:
+    """A SELECT's ``suffix_with()`` texts, each with the dialect it renders for
+    (``_suffixes``, all versions)."""
+    return [(str(getattr(c, "text", c)), d) for c, d in statement._suffixes]
 
 
 def has_options(statement: Any) -> bool:

@@ -3,6 +3,8 @@
 * Real-database fixtures (PostgreSQL, MySQL/MariaDB, Redis, SQLite) live in
   ``tests/backends.py``, loaded as a plugin: ``database_factory``, ``db_url``, ``redis_db``...
 * ``module_databases``: a database factory shared by a test module's tests.
+* ``shop``: ``tests/shop_setup.py``'s orders over two databases of each backend in turn,
+  with their unsharded twins, made once per module.
 * Sharded worlds (``tests/worlds.py``): ``sql_log`` records the statements engines send,
   ``sharded_world(models, backend)`` puts a shop (or any declarative base) on brand-new
   databases, and ``sql_backend`` parametrizes a test over SQLite, PostgreSQL and MariaDB.
@@ -23,9 +25,10 @@ import pytest
 from hypothesis import settings
 
 # Helper modules imported here get pytest's assertion rewriting like test modules do.
-pytest.register_assert_rewrite("tests.backends", "tests.worlds")
+pytest.register_assert_rewrite("tests.backends", "tests.shop_setup", "tests.worlds")
 
 from tests.backends import DatabaseFactory
+from tests.shop_setup import Setup, build_setup
 from tests.worlds import SqlLog, WorldFactory
 
 pytest_plugins = ["tests.backends"]
@@ -94,3 +97,10 @@ def module_databases(
         yield factory
     finally:
         factory.cleanup()
+
+
+@pytest.fixture(scope="module", params=_BACKEND_PARAMS)
+def shop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """The shop's orders over two databases of each backend in turn, and their unsharded
+    twin (``tests/shop_setup.py``), made once per module and only read."""
+    yield from build_setup(request, tmp_path_factory.mktemp("shop"), request.param, 2)

@@ -4,7 +4,6 @@ them: same values, same Python types, same decimal scale as one unsharded table.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 from functools import cmp_to_key
 from operator import itemgetter
 from typing import Any
@@ -12,26 +11,24 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import Float, Integer, Numeric, String, cast, distinct, func, select, tuple_
+from sqlalchemy import (
+    Float,
+    Integer,
+    Numeric,
+    String,
+    cast,
+    distinct,
+    func,
+    literal_column,
+    select,
+    text,
+    tuple_,
+)
 
 from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.arith import MergedDivisionByZero
 from snowshard.sharding.merge import MergePlan, sort_key
-from tests.shop_setup import Setup, build_setup
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    pytest.param("mysql", id="mariadb", marks=pytest.mark.mysql),
-]
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def setup(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Setup]:
-    """The differential test's rows over two databases of each backend."""
-    yield from build_setup(request, tmp_path_factory.mktemp("merges"), request.param, 2)
+from tests.shop_setup import Setup
 
 
 def _exact(rows: Any) -> list[tuple[Any, ...]]:
@@ -40,9 +37,9 @@ def _exact(rows: Any) -> list[tuple[Any, ...]]:
     return sorted(found)
 
 
-def _both(setup: Setup, build: Any) -> tuple[list[Any], list[Any]]:
-    s = setup.schema
-    with setup.session() as session:
+def _both(shop: Setup, build: Any) -> tuple[list[Any], list[Any]]:
+    s = shop.schema
+    with shop.session() as session:
         got = _exact(session.execute(build(s.Order)))
         twin = _exact(session.execute(build(s.OrderTwin)))
     return got, twin
@@ -55,64 +52,64 @@ def _grouped(*columns: Any) -> Any:
     return build
 
 
-def test_cast_of_avg_times_100_is_exact(setup: Setup) -> None:
+def test_cast_of_avg_times_100_is_exact(shop: Setup) -> None:
     """cast(avg(x) * 100, Integer) per group equals the database's own rounding (refused on
     MariaDB, which computes AVG inside expressions with more digits than it returns)."""
     build = _grouped(lambda m: cast(func.avg(m.amount) * 100, Integer))
-    if setup.name.startswith("mysql"):
-        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
-            session.execute(build(setup.schema.Order))
+    if shop.name.startswith("mysql"):
+        with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
+            session.execute(build(shop.schema.Order))
         return
-    got, twin = _both(setup, build)
+    got, twin = _both(shop, build)
     assert got == twin and len(got) == 4
 
 
-def test_sum_divided_by_count_is_exact(setup: Setup) -> None:
+def test_sum_divided_by_count_is_exact(shop: Setup) -> None:
     """sum(x) / count() has the database's type and scale (NUMERIC, DECIMAL or REAL)."""
-    got, twin = _both(setup, _grouped(lambda m: func.sum(m.amount) / func.count()))
+    got, twin = _both(shop, _grouped(lambda m: func.sum(m.amount) / func.count()))
     assert got == twin and len(got) == 4
 
 
-def test_floor_division_is_exact(setup: Setup) -> None:
+def test_floor_division_is_exact(shop: Setup) -> None:
     """sum(x) // count() truncates or floors as the database does."""
-    got, twin = _both(setup, _grouped(lambda m: func.sum(m.amount) // func.count()))
+    got, twin = _both(shop, _grouped(lambda m: func.sum(m.amount) // func.count()))
     assert got == twin and len(got) == 4
 
 
-def test_avg_divided_by_a_constant_is_exact(setup: Setup) -> None:
+def test_avg_divided_by_a_constant_is_exact(shop: Setup) -> None:
     """avg(x) / 3 keeps the database's scale (refused on MariaDB, as above)."""
     build = _grouped(lambda m: func.avg(m.amount) / 3)
-    if setup.name.startswith("mysql"):
-        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
-            session.execute(build(setup.schema.Order))
+    if shop.name.startswith("mysql"):
+        with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="AVG"):
+            session.execute(build(shop.schema.Order))
         return
-    got, twin = _both(setup, build)
+    got, twin = _both(shop, build)
     assert got == twin and len(got) == 4
 
 
-def test_cast_of_a_division_is_exact_without_groups(setup: Setup) -> None:
+def test_cast_of_a_division_is_exact_without_groups(shop: Setup) -> None:
     """cast(sum(x) * 7 / count(), Integer) over every row gives one equal row."""
     got, twin = _both(
-        setup,
+        shop,
         lambda m: select(cast(func.sum(m.amount) * 7 / func.count(), Integer)).select_from(m),
     )
     assert got == twin and len(got) == 1
 
 
-def test_cast_to_a_string_is_refused_before_any_sql(setup: Setup) -> None:
+def test_cast_to_a_string_is_refused_before_any_sql(shop: Setup) -> None:
     """CAST to VARCHAR of an aggregate is refused, naming CAST, before SQL runs."""
-    setup.sent.clear()
-    statement = select(cast(func.sum(setup.schema.Order.amount), String(10)))
-    with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="CAST"):
-        session.execute(statement.select_from(setup.schema.Order))
-    assert setup.sent == []
+    shop.sent.clear()
+    statement = select(cast(func.sum(shop.schema.Order.amount), String(10)))
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="CAST"):
+        session.execute(statement.select_from(shop.schema.Order))
+    assert shop.sent == []
 
 
-def test_coalesce_of_a_null_sum_has_the_sums_type(setup: Setup) -> None:
+def test_coalesce_of_a_null_sum_has_the_sums_type(shop: Setup) -> None:
     """COALESCE(SUM(x), 0) where every x is NULL is the sum's type's 0 (a DECIMAL on
     MariaDB, an integer on PostgreSQL and SQLite), as one table gives it."""
     got, twin = _both(
-        setup,
+        shop,
         lambda m: select(m.status, func.coalesce(func.sum(m.amount), 0) + func.count())
         .where(m.amount.is_(None))
         .group_by(m.status),
@@ -120,37 +117,37 @@ def test_coalesce_of_a_null_sum_has_the_sums_type(setup: Setup) -> None:
     assert got == twin and got
 
 
-def test_count_distinct_of_a_column_merges_by_its_values(setup: Setup) -> None:
+def test_count_distinct_of_a_column_merges_by_its_values(shop: Setup) -> None:
     """count(DISTINCT status) per group and overall equals one table's: the sources group
     by the value too and the merge counts the distinct values (NULLs not counted)."""
     for build in (
         _grouped(lambda m: func.count(distinct(m.amount)), lambda m: func.avg(m.amount)),
         lambda m: select(func.count(distinct(m.status)), func.count()).select_from(m),
     ):
-        got, twin = _both(setup, build)
+        got, twin = _both(shop, build)
         assert got == twin and got
 
 
-def test_count_distinct_of_the_shard_key_sums_the_sources_counts(setup: Setup) -> None:
+def test_count_distinct_of_the_shard_key_sums_the_sources_counts(shop: Setup) -> None:
     """count(DISTINCT user_id), the shard key, is counted by each source (equal keys live in
     one table) and summed: no source sends its keys."""
-    setup.sent.clear()
-    got, twin = _both(setup, _grouped(lambda m: func.count(distinct(m.user_id))))
+    shop.sent.clear()
+    got, twin = _both(shop, _grouped(lambda m: func.count(distinct(m.user_id))))
     assert got == twin and got
-    assert not any("GROUP BY orders.status, orders.user_id" in sql for sql in setup.sent)
+    assert not any("GROUP BY orders.status, orders.user_id" in sql for sql in shop.sent)
 
 
-def test_count_distinct_of_nothing_is_one_row_of_zero(setup: Setup) -> None:
+def test_count_distinct_of_nothing_is_one_row_of_zero(shop: Setup) -> None:
     """Without GROUP BY, count(DISTINCT x) over no rows is one row (0), as one table says,
     though every source (grouped by x) sends none."""
     got, twin = _both(
-        setup,
+        shop,
         lambda m: select(func.count(distinct(m.status)), func.sum(m.amount)).where(m.id < 0),
     )
     assert got == twin == [(("int", "0"), ("NoneType", "None"))]
 
 
-def test_sum_and_avg_of_distinct_integers_merge_by_their_values(setup: Setup) -> None:
+def test_sum_and_avg_of_distinct_integers_merge_by_their_values(shop: Setup) -> None:
     """sum(DISTINCT x) and avg(DISTINCT x) of integers, per group, overall and over no
     rows, equal one table's, types and scale included (NUMERIC on PostgreSQL, DECIMAL
     with 4 decimals on MariaDB, float on SQLite)."""
@@ -159,11 +156,11 @@ def test_sum_and_avg_of_distinct_integers_merge_by_their_values(setup: Setup) ->
         lambda m: select(func.sum(distinct(m.amount)), func.avg(distinct(m.user_id))),
         lambda m: select(func.avg(distinct(m.amount)), func.count()).where(m.id < 0),
     ):
-        got, twin = _both(setup, build)
+        got, twin = _both(shop, build)
         assert got == twin and got
 
 
-def test_min_and_max_of_distinct_values_merge_as_min_and_max(setup: Setup) -> None:
+def test_min_and_max_of_distinct_values_merge_as_min_and_max(shop: Setup) -> None:
     """min/max(DISTINCT x) of integers and strings, per group, in HAVING and ORDER BY and
     over every row, equal one table's."""
 
@@ -176,68 +173,80 @@ def test_min_and_max_of_distinct_values_merge_as_min_and_max(setup: Setup) -> No
             .order_by(most.desc(), m.status)
         )
 
-    got, twin = _both(setup, grouped)
+    got, twin = _both(shop, grouped)
     assert got == twin and len(got) == 4
     got, twin = _both(
-        setup,
+        shop,
         lambda m: select(func.min(distinct(m.status)), func.max(distinct(m.status))),
     )
     assert got == twin and len(got) == 1
 
 
-def test_other_aggregates_of_distinct_values_and_floats_are_refused(setup: Setup) -> None:
+def test_other_aggregates_of_distinct_values_and_floats_are_refused(shop: Setup) -> None:
     """sum(DISTINCT a, b), sum(DISTINCT) of a non-integer, count(DISTINCT) of a float or
     of a row value are refused before any SQL runs."""
-    order = setup.schema.Order
-    setup.sent.clear()
+    order = shop.schema.Order
+    shop.sent.clear()
     for statement, match in (
         (select(func.sum(distinct(order.amount), order.user_id)), "several values"),
         (select(func.sum(distinct(cast(order.amount, Numeric(8, 2))))), "integers only"),
         (select(func.count(distinct(cast(order.amount, Float)))), "floating-point"),
         (select(func.count(distinct(tuple_(order.amount, order.status)))), "row value"),
     ):
-        with setup.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+        with shop.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
             session.execute(statement)
-    assert setup.sent == []
+    assert shop.sent == []
 
 
-def test_order_by_a_row_value_is_refused_before_any_sql(setup: Setup) -> None:
+def test_order_by_sql_text_is_refused_before_any_sql(shop: Setup) -> None:
+    """ORDER BY text("amount DESC") or literal_column(..., Integer) across shards is refused:
+    the text holds a direction the merge cannot read."""
+    order = shop.schema.Order
+    for key in (text("amount DESC"), literal_column("amount DESC", Integer)):
+        shop.sent.clear()
+        statement = select(order.id, order.amount).order_by(key, order.id).limit(4)
+        with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="SQL text"):
+            session.execute(statement)
+        assert shop.sent == []
+
+
+def test_order_by_a_row_value_is_refused_before_any_sql(shop: Setup) -> None:
     """ORDER BY tuple_(a, b) across shards is refused, naming the columns to list instead."""
-    order = setup.schema.Order
-    setup.sent.clear()
+    order = shop.schema.Order
+    shop.sent.clear()
     statement = select(order.id).order_by(tuple_(order.status, order.amount).desc())
-    with setup.session() as session, pytest.raises(UnsupportedShardQuery, match="row value"):
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="row value"):
         session.execute(statement)
-    assert setup.sent == []
+    assert shop.sent == []
 
 
-def test_group_by_a_row_value_is_refused_before_any_sql(setup: Setup) -> None:
+def test_group_by_a_row_value_is_refused_before_any_sql(shop: Setup) -> None:
     """GROUP BY tuple_(a, b) across shards is refused, naming group_by(a, b) instead."""
-    order = setup.schema.Order
-    setup.sent.clear()
+    order = shop.schema.Order
+    shop.sent.clear()
     statement = select(func.count()).group_by(tuple_(order.status, order.amount))
     with (
-        setup.session() as session,
+        shop.session() as session,
         pytest.raises(UnsupportedShardQuery, match=r"group_by\(.*status.*amount"),
     ):
         session.execute(statement.select_from(order))
-    assert setup.sent == []
+    assert shop.sent == []
 
 
-def test_division_on_a_dialect_without_known_rules_is_refused(setup: Setup) -> None:
+def test_division_on_a_dialect_without_known_rules_is_refused(shop: Setup) -> None:
     """A merge for a dialect whose division rules are unknown refuses the division."""
-    order = setup.schema.Order
+    order = shop.schema.Order
     with pytest.raises(UnsupportedShardQuery, match="division on oracle"):
         MergePlan(select(func.sum(order.amount) / func.count()).select_from(order), "oracle")
 
 
-def test_division_by_zero_raises_on_postgresql(setup: Setup) -> None:
+def test_division_by_zero_raises_on_postgresql(shop: Setup) -> None:
     """A divisor that is 0 only once merged: PostgreSQL's error, NULL elsewhere (as the
     unsharded table gives)."""
-    order = setup.schema.Order
+    order = shop.schema.Order
     statement = select(func.sum(order.amount) / (func.count() - 40)).select_from(order)
-    with setup.session() as session:
-        if setup.name.startswith("postgresql"):
+    with shop.session() as session:
+        if shop.name.startswith("postgresql"):
             with pytest.raises(MergedDivisionByZero, match="division by zero"):
                 session.execute(statement).all()
         else:
@@ -245,11 +254,11 @@ def test_division_by_zero_raises_on_postgresql(setup: Setup) -> None:
             assert rows == [(None,)]
 
 
-def test_a_source_never_computes_a_merged_division(setup: Setup) -> None:
+def test_a_source_never_computes_a_merged_division(shop: Setup) -> None:
     """sum(x) / (count() - 20): a database holding 20 rows would divide by zero; merged, the
     divisor is 20 and the row equals one table's."""
     got, twin = _both(
-        setup,
+        shop,
         lambda m: select(func.sum(m.amount) / (func.count() - 20)).select_from(m),
     )
     assert got == twin and len(got) == 1

@@ -53,6 +53,7 @@ from tests.backends import DatabaseFactory
 from tests.markdown_blocks import table
 from tests.worlds import (
     LAYOUT,
+    TWIN_USERS,
     Models,
     SqlLog,
     TwinShop,
@@ -125,6 +126,31 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "DISTINCT": [Example("merged", lambda w: select(w.Order.status).distinct())],
+    "`prefix_with()`, `suffix_with()`, syntax extensions (`select.ext()`)": [
+        Example(
+            "exact",
+            lambda w: select(w.Order.status)
+            .where(w.Order.user_id == TWIN_USERS[0])
+            .prefix_with("DISTINCT"),
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.id, w.Order.status)
+            .prefix_with("SQL_NO_CACHE")
+            .order_by(w.Order.id),
+            backends=("mysql",),
+            ordered=True,
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.id, w.Order.status)
+            .prefix_with("DISTINCT", dialect="mysql")
+            .order_by(w.Order.id),
+            backends=("sqlite", "postgresql"),
+            ordered=True,
+        ),
+        Example("refused", lambda w: select(w.Order.status).prefix_with("DISTINCT")),
+    ],
     "DISTINCT ON (PostgreSQL)": [
         Example(
             "merged",
@@ -395,8 +421,8 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
     ],
     "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
-    "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, syntax "
-    "extensions (`select.ext()`) other than DISTINCT ON, `aliased()` "
+    "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, SQL text "
+    "(`text()`, `literal_column()`) in ORDER BY, `aliased()` "
     "of a sharded model, joins through a relationship "
     "attribute or of models sharded differently": [
         Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),

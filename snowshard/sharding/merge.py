@@ -48,8 +48,10 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
     Case,
+    ColumnClause,
     ColumnElement,
     Label,
+    TextClause,
     Tuple,
     UnaryExpression,
 )
@@ -66,7 +68,6 @@ from snowshard._compat import (
     having_of,
     limit_offset_of,
     order_by_of,
-    syntax_extensions_of,
     without_having,
 )
 from snowshard.sharding.analysis import check_row_expression, describe, walk
@@ -93,6 +94,7 @@ from snowshard.sharding.evaluate import (
     without_distinct_extremes,
 )
 from snowshard.sharding.model import ShardedModel, model_of_table
+from snowshard.sharding.modifiers import check_modifiers
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
@@ -116,6 +118,18 @@ class _Reversed:
         return isinstance(other, _Reversed) and bool(self.value == other.value)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _check_sql_text(element: Any) -> None:
+    """Refuse ordering a merge by SQL text (``text()``, ``literal_column()``): the text may
+    hold its own direction, NULLS or COLLATE, which the merge cannot read."""
+    plain = _unwrap(element)
+    if isinstance(plain, TextClause) or (isinstance(plain, ColumnClause) and plain.is_literal):
+        raise UnsupportedShardQuery(
+            f"ORDER BY {describe(plain)} across shards: SQL text (text(), literal_column()) "
+            "may hold its own direction, NULLS or COLLATE, which the merge cannot read; "
+            "order by a column expression instead, e.g. Order.amount.desc()"
+        )
 
 
 def _unwrap(element: Any) -> Any:
@@ -258,12 +272,7 @@ class MergePlan:
                 "LIMIT/OFFSET across shards must be plain integers, not expressions"
             ) from exc
         self.distinct = distinct_of(statement)
-        if syntax_extensions_of(statement):
-            raise UnsupportedShardQuery(
-                "a syntax extension (select.ext(...)) across shards: what it does to the "
-                "rows is unknown to the merge; route the query to one shard, or leave the "
-                "extension out"
-            )
+        check_modifiers(statement, dialect)
         # DISTINCT ON is PostgreSQL's; other dialects render .distinct(x) as DISTINCT
         distinct_on = distinct_on_of(statement) if dialect == "postgresql" else ()
         self.distinct_on = bool(distinct_on)
@@ -329,6 +338,7 @@ class MergePlan:
             for expr, descending, nulls_first in order:
                 if isinstance(expr, TextualLabelReference):
                     expr = statement.selected_columns[expr.element]
+                _check_sql_text(expr)
                 self.order.append((len(helpers), descending, nulls_first))
                 value, ranked = sort_value(expr, dialect)
                 if ranked is not None:
