@@ -412,6 +412,37 @@ def _reference_nested(draw: Any) -> Case:
     return Case(build, [], False)
 
 
+_ITEM_CONDITIONS: list[Callable[[Any, Any], Any]] = [
+    lambda m, i: i.user_id == m.user_id,
+    lambda m, i: i.order_id == m.id,
+    lambda m, i: i.qty == m.amount,
+    lambda m, i: i.qty > 1,
+    lambda m, i: i.user_id < m.user_id,
+    lambda m, i: (i.user_id == m.user_id) | (i.qty == 1),
+]
+"""Conditions between an order ``m`` and an item ``i``: the first ties their shard keys."""
+
+
+def _items_joined(draw: Any) -> Case:
+    """Orders and items joined (inner or left outer) on one or two random conditions, or
+    tied by them in WHERE: one table's rows, or refused where no condition ties the keys."""
+    chosen = draw(st.lists(st.sampled_from(range(len(_ITEM_CONDITIONS))), min_size=1, max_size=2, unique=True))
+    how = draw(st.sampled_from(["inner", "outer", "where"]))
+    counted = draw(st.booleans())
+    filters = _where(draw, None)
+
+    def build(w: Models) -> Any:
+        m, i = w.Order, w.Item
+        tie = and_(*[_ITEM_CONDITIONS[c](m, i) for c in chosen])
+        columns = [func.count(), func.count(i.id)] if counted else [m.id, i.id, i.qty]
+        statement = select(*columns).where(*[f(m) for f in filters])
+        if how == "where":
+            return statement.where(tie)
+        return statement.select_from(m).join(i, tie, isouter=how == "outer")
+
+    return Case(build, [], False)
+
+
 def _distinct_on(draw: Any) -> Case:
     """PostgreSQL's DISTINCT ON one or two values, the first row of each picked by further
     ORDER BY parts and the ID (so the answer is one), with a LIMIT and OFFSET or not."""
@@ -443,7 +474,7 @@ def _distinct_on(draw: Any) -> Case:
 
 SHAPES = [
     _rows, _grouped, _nested, _reference_rows, _reference_grouped, _reference_nested,
-    _distinct_on,
+    _distinct_on, _items_joined,
 ]  # fmt: skip
 
 

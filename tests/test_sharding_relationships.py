@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, func, select
+from sqlalchemy import BigInteger, Integer, and_, func, select
 from sqlalchemy.orm import (
     Bundle,
     DeclarativeBase,
@@ -198,7 +198,7 @@ def test_binding_tables_join_within_one_shard(
     session, sql, ids = shop
     rows = session.execute(
         select(Order.amount, func.sum(Item.qty))
-        .join(Item, Item.order_id == Order.id)
+        .join(Item, and_(Item.user_id == Order.user_id, Item.order_id == Order.id))
         .where(Order.user_id == ids[3])
         .group_by(Order.amount)
         .order_by(Order.amount)
@@ -214,7 +214,7 @@ def test_binding_tables_fan_out_pairs_equal_shards(
     session, sql, _ = shop
     rows = session.execute(
         select(Order.amount, Item.qty)
-        .join(Item, Item.order_id == Order.id)
+        .join(Item, and_(Item.user_id == Order.user_id, Item.order_id == Order.id))
         .order_by(Order.amount.desc(), Item.qty)
         .limit(4)
     ).all()

@@ -371,7 +371,11 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, w.Item.qty).join(
                 w.Item, and_(w.Item.user_id == w.Order.user_id, w.Item.order_id == w.Order.id)
             ),
-        )
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.id, w.Item.qty).join(w.Item, w.Item.order_id == w.Order.id),
+        ),
     ],
     "join or subquery with a reference table (`Reference`)": [
         Example(

@@ -60,6 +60,7 @@ __all__ = [
     "AGGREGATES",
     "ROW_FUNCTIONS",
     "check_aliases",
+    "check_joined_on_keys",
     "check_nested",
     "check_outer_joins",
     "describe",
@@ -148,10 +149,10 @@ def _key_of(element: Any) -> Optional[tuple[ShardedModel, Any]]:
     return model, deannotated(element.table)
 
 
-def _correlated_on_key(select: SelectBase) -> bool:
-    """Whether a conjunct of ``select``'s WHERE equates shard keys of two binding models."""
-    where = getattr(select, "whereclause", None)
-    stack = [where] if where is not None else []
+def _key_pairs(clause: Any) -> Iterator[tuple[ShardedModel, ShardedModel]]:
+    """The binding models two of whose shard keys a conjunct of ``clause`` equates (rows
+    it matches then live in tables of the same index)."""
+    stack = [clause] if clause is not None else []
     while stack:
         item = _plain(stack.pop())
         if isinstance(item, BooleanClauseList) and item.operator is operators.and_:
@@ -159,8 +160,67 @@ def _correlated_on_key(select: SelectBase) -> bool:
         elif isinstance(item, BinaryExpression) and item.operator is operators.eq:
             left, right = _key_of(item.left), _key_of(item.right)
             if left and right and left[1] is not right[1] and left[0].binds_with(right[0]):
-                return True
-    return False
+                yield left[0], right[0]
+
+
+def _correlated_on_key(select: SelectBase) -> bool:
+    """Whether a conjunct of ``select``'s WHERE equates shard keys of two binding models."""
+    return any(True for _ in _key_pairs(getattr(select, "whereclause", None)))
+
+
+def _joins(select: Any) -> Iterator[Join]:
+    """The joins in the FROM list of ``select`` (not those of its subqueries)."""
+    stack = list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Join):
+            stack.extend((item.left, item.right))
+            yield item
+
+
+def _check_keys_joined(select: Any) -> None:
+    models: list[ShardedModel] = []
+    for table in _from_tables(select):
+        model = model_of_table(table)
+        if model is not None and model not in models:
+            models.append(model)
+    if len(models) < 2:
+        return
+    parent = {id(m): m for m in models}  # union-find over the models tied by key equalities
+
+    def root(model: ShardedModel) -> ShardedModel:
+        while parent[id(model)] is not model:
+            model = parent[id(model)]
+        return model
+
+    joins = list(_joins(select))
+    for clause in [getattr(select, "whereclause", None), *(j.onclause for j in joins)]:
+        for left, right in _key_pairs(clause):
+            if id(left) in parent and id(right) in parent:
+                parent[id(root(left))] = root(right)
+    if len({id(root(m)) for m in models}) == 1:
+        return
+    names = " and ".join(m.name for m in models)
+    conditions = "; ".join(describe(j.onclause) for j in joins if j.onclause is not None)
+    first, second = models[0], models[1]
+    raise UnsupportedShardQuery(
+        f"{names} are joined (or a subquery correlated) without an equality of their "
+        "shard keys"
+        + (f" (ON {conditions})" if conditions else "")
+        + ": rows that match may live in tables of different shards, and this query joins "
+        f"them table by table; add an equality of shard keys to the ON clause, e.g. "
+        f"{second.name}.{second.keys[-1]} == {first.name}.{first.keys[-1]}, when matching "
+        "rows share them, or query the models separately"
+    )
+
+
+def check_joined_on_keys(statement: Any) -> None:
+    """Refuse a statement, or a subquery in it, that reads two sharded models without tying
+    them by an equality of shard keys (in an ON clause or a conjunct of WHERE): it runs
+    table by table (shard ``k`` of one model with shard ``k`` of the other), which finds
+    only the matching rows that share a table index."""
+    for select in [statement, *_nested_selects(statement)]:
+        _check_keys_joined(select)
 
 
 def _from_tables(select: Any) -> set[Any]:

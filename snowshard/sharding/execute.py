@@ -46,6 +46,7 @@ from snowshard._compat import (
 )
 from snowshard.sharding.analysis import (
     check_aliases,
+    check_joined_on_keys,
     check_nested,
     check_outer_joins,
     unsharded_tables,
@@ -382,7 +383,8 @@ def _check_joins(statement: Any) -> None:
 
 
 def check_models(statement: Any, models: Sequence[ShardedModel]) -> None:
-    """Refuse relationship joins, aliases and models sharded differently."""
+    """Refuse relationship joins, aliases, models sharded differently and models joined
+    otherwise than on their shard keys."""
     _check_joins(statement)
     check_aliases(statement)
     lead = models[0]
@@ -393,6 +395,8 @@ def check_models(statement: Any, models: Sequence[ShardedModel]) -> None:
                 f"over {lead.count} vs {other.strategy!r} over {other.count}), so they cannot "
                 "be joined shard by shard; query them separately"
             )
+    if len(models) > 1:
+        check_joined_on_keys(statement)
 
 
 def plan_statement(
