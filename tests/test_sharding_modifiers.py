@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.sql import ClauseElement
 
 from snowshard.sharding import UnsupportedShardQuery
@@ -95,3 +95,61 @@ def test_a_syntax_extension_is_refused_before_any_sql(shop: Setup) -> None:
         return "/* trailer */"
 
     _refused(shop, select(shop.schema.Order).ext(Trailer()), r"select\.ext")
+
+
+def _limited(statement: Any, rows: int) -> Any:
+    """``statement`` (an UPDATE or DELETE) with MySQL's LIMIT, as this SQLAlchemy spells it."""
+    try:
+        from sqlalchemy.dialects.mysql import limit
+    except ImportError:  # SQLAlchemy 2.0
+        return statement.with_dialect_options(mysql_limit=rows)
+    return statement.ext(limit(rows))
+
+
+@pytest.mark.parametrize("shop", [pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True)
+def test_an_update_or_delete_limit_across_shards_is_refused(shop: Setup) -> None:
+    """UPDATE/DELETE ... LIMIT 2 on every shard would change 2 rows per shard (8 where one
+    table changes 2): refused before any SQL, in both spellings of the LIMIT."""
+    order = shop.schema.Order
+    statements = [
+        update(order).where(order.amount > 3).values(amount=0).with_dialect_options(mysql_limit=2),
+        _limited(update(order).where(order.amount > 3).values(amount=0), 2),
+    ]
+    if SyntaxExtension is not None:  # SQLAlchemy 2.0 has no LIMIT for DELETE
+        statements.append(_limited(delete(order).where(order.amount > 3), 2))
+    for statement in statements:
+        _refused(shop, statement, "LIMIT|extension")
+
+
+@pytest.mark.parametrize("shop", [pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True)
+def test_an_update_limit_on_one_shard_runs_there(shop: Setup) -> None:
+    """One user's orders live in one table: UPDATE ... LIMIT 1 there changes one row, as on
+    one table (both rolled back)."""
+    s = shop.schema
+    changed = []
+    for model in (s.Order, s.OrderTwin):
+        statement = update(model).where(model.user_id == USERS[1]).values(amount=0)
+        with shop.session() as session:
+            changed.append(session.execute(_limited(statement, 1)).rowcount)
+            session.rollback()
+    assert changed == [1, 1]
+
+
+def test_a_limit_for_mysql_is_not_rendered_elsewhere_so_kept(shop: Setup) -> None:
+    """mysql_limit is MySQL's: on SQLite and PostgreSQL the UPDATE changes every row it
+    matches, sharded or not (rolled back); on MariaDB it is refused."""
+    s = shop.schema
+    if shop.name.startswith("mysql"):
+        order = s.Order
+        statement = update(order).values(amount=0).with_dialect_options(mysql_limit=2)
+        _refused(shop, statement, "LIMIT 2")
+        return
+    changed = []
+    for model in (s.Order, s.OrderTwin):
+        statement = update(model).where(model.amount > 3).values(amount=0)
+        with shop.session() as session:
+            changed.append(
+                session.execute(statement.with_dialect_options(mysql_limit=2)).rowcount
+            )
+            session.rollback()
+    assert changed[0] == changed[1] > 2

@@ -451,6 +451,11 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("exact", lambda w: update(w.Order).where(w.Order.user_id == 7).values(amount=1)),
         Example("exact", lambda w: update(w.Order).where(w.Order.amount > 6).values(amount=0)),
         Example("exact", lambda w: delete(w.Order).where(w.Order.status == "paid")),
+        Example(
+            "refused",
+            lambda w: update(w.Order).values(amount=0).with_dialect_options(mysql_limit=2),
+            backends=("mysql",),
+        ),
     ],
     "INSERT (one row, `insert(Order), rows`)": [
         Example("exact", lambda w: insert(w.Order).values(user_id=5, amount=9, status="new")),

@@ -75,6 +75,7 @@ from snowshard.sharding.hints import (
 )
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class
+from snowshard.sharding.modifiers import check_dml_modifiers
 from snowshard.sharding.plan_cache import cached_plan, is_column_load, shape_models
 from snowshard.sharding.reference import (
     copies,
@@ -348,8 +349,10 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
         )
 
 
-def plan_dml(statement: Any, models: Sequence[ShardedModel], route_: Route) -> Plan:
-    """The plan of an UPDATE or DELETE: one statement per shard it needs."""
+def plan_dml(
+    statement: Any, models: Sequence[ShardedModel], route_: Route, dialect: str
+) -> Plan:
+    """The plan of an UPDATE or DELETE on ``dialect``: one statement per shard it needs."""
     if len(models) != 1:
         raise UnsupportedShardQuery(
             "an UPDATE or DELETE may name one sharded model only "
@@ -359,6 +362,8 @@ def plan_dml(statement: Any, models: Sequence[ShardedModel], route_: Route) -> P
     what = "update" if statement.is_update else "delete"
     shards = _shards(models, route_, what)
     check_nested(statement, whole=False)
+    if len(shards) > 1:
+        check_dml_modifiers(statement, dialect)
     if statement.is_update:
         _check_assignments(statement, model, shards)
     steps = [
@@ -420,7 +425,7 @@ def plan_statement(
     if statement.is_select:
         return plan_select(session, statement, found, route_)
     if statement.is_update or statement.is_delete:
-        return plan_dml(statement, found, route_)
+        return plan_dml(statement, found, route_, dialect)
     raise UnsupportedShardQuery(f"cannot route {type(statement).__name__} statements")
 
 

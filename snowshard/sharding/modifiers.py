@@ -13,6 +13,10 @@ source. So, across shards, :func:`check_modifiers` refuses them before any SQL r
 
 A statement that reads one shard, or one database's tables as one UNION ALL, runs whole
 and keeps them all.
+
+An UPDATE or DELETE on several shards runs once per shard: a LIMIT on it (MySQL's
+``mysql_limit``, or 2.1's ``ext(mysql.limit(n))``) would change ``n`` rows per shard, so
+:func:`check_dml_modifiers` refuses it, and any other syntax extension, before any SQL.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from snowshard._compat import prefixes_of, suffixes_of, syntax_extensions_of
 from snowshard.sharding.errors import UnsupportedShardQuery
 
-__all__ = ["HARMLESS_PREFIXES", "check_modifiers"]
+__all__ = ["HARMLESS_PREFIXES", "check_dml_modifiers", "check_modifiers"]
 
 HARMLESS_PREFIXES = frozenset(
     {
@@ -68,4 +72,28 @@ def check_modifiers(statement: Any, dialect: str) -> None:
             "a syntax extension (select.ext(...)) across shards: what it does to the rows "
             "is unknown to the merge; route the query to one shard, or leave the extension "
             "out"
+        )
+
+
+_DML_LIMITS = ("mysql_limit", "mariadb_limit")
+"""The UPDATE/DELETE LIMIT keywords of the MySQL/MariaDB dialects (dialect names "mysql"
+and "mariadb" render either)."""
+
+
+def check_dml_modifiers(statement: Any, dialect: str) -> None:
+    """Refuse, for an UPDATE or DELETE run on several shards of ``dialect``, a LIMIT or a
+    syntax extension (module docstring)."""
+    kwargs = statement.dialect_kwargs
+    limit = next((kwargs[k] for k in _DML_LIMITS if kwargs.get(k) is not None), None)
+    if limit is not None and dialect in ("mysql", "mariadb"):
+        raise UnsupportedShardQuery(
+            f"an UPDATE or DELETE with LIMIT {limit} across shards would change up to "
+            f"{limit} rows in each shard; narrow its WHERE to one shard (a shard key), or "
+            "select the rows' keys first and change those"
+        )
+    if syntax_extensions_of(statement):
+        raise UnsupportedShardQuery(
+            "an UPDATE or DELETE with a syntax extension (.ext(...), e.g. a LIMIT) across "
+            "shards: each shard would apply it to its own rows; narrow its WHERE to one "
+            "shard, or leave the extension out"
         )
