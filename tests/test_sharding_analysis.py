@@ -251,3 +251,57 @@ def test_models_joined_on_keys_equal_one_table(shop: Setup) -> None:
     ):
         got, twin = _joined(shop, build)
         assert got == twin and twin
+
+
+# --------------------------------------------------------------------------- derived tables
+
+
+def _derived(o: Any) -> Any:
+    """Orders of amounts above 3, as a derived table of their status, amount and user."""
+    return select(o.status, o.amount, o.user_id).where(o.amount > 3).subquery()
+
+
+_ROW_WISE = {
+    "count(*) of a subquery": lambda o: select(func.count()).select_from(_derived(o)),
+    "count(*) of whole entities": lambda o: select(func.count()).select_from(select(o).subquery()),
+    "grouped": lambda o: (lambda d: select(d.c.status, func.sum(d.c.amount), func.count())
+                          .group_by(d.c.status))(_derived(o)),  # fmt: skip
+    "ordered rows": lambda o: (lambda d: select(d.c.user_id, d.c.amount)
+                               .order_by(d.c.amount.desc(), d.c.user_id).limit(5))(_derived(o)),  # fmt: skip
+    "a CTE": lambda o: select(func.count()).select_from(select(o.id).where(o.amount > 3).cte()),
+    "two levels": lambda o: select(func.count()).select_from(
+        select(_derived(o).c.amount).subquery()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_ROW_WISE))
+def test_a_row_wise_derived_table_merges_as_the_model(shop: Setup, name: str) -> None:
+    """A derived table or CTE that is a query's whole FROM, without LIMIT, DISTINCT,
+    GROUP BY or aggregates, holds each source's share of the rows: the query over it (the
+    count idiom select(func.count()).select_from(stmt.subquery()) included) equals one
+    table's."""
+    got, twin = _both(shop, _ROW_WISE[name])
+    assert got == twin and twin
+
+
+_NOT_ROW_WISE = {
+    "LIMIT": lambda o: select(func.count()).select_from(select(o.id).limit(5).subquery()),
+    "DISTINCT": lambda o: select(func.count()).select_from(select(o.status).distinct().subquery()),
+    "GROUP BY": lambda o: select(func.count()).select_from(
+        select(o.user_id, func.count()).group_by(o.user_id).subquery()
+    ),
+    "a window": lambda o: select(func.count()).select_from(
+        select(o.id, func.row_number().over(order_by=o.id).label("n")).subquery()
+    ),
+    "joined with the model": lambda o: (lambda d: select(func.count()).select_from(o)
+                                        .join(d, d.c.user_id == o.user_id))(_derived(o)),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("name", list(_NOT_ROW_WISE))
+def test_a_derived_table_that_is_not_row_wise_is_refused(shop: Setup, name: str) -> None:
+    """A derived table with LIMIT, DISTINCT, GROUP BY or a window gives a per-source
+    answer (a count of each source's top 5), and one joined beside the model is not the
+    query's whole FROM: refused before any SQL, naming what to leave out."""
+    _refused(shop, _NOT_ROW_WISE[name], "derived table")

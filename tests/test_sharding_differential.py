@@ -443,6 +443,34 @@ def _items_joined(draw: Any) -> Case:
     return Case(build, [], False)
 
 
+def _derived(draw: Any) -> Case:
+    """A query over a derived table (or CTE) of orders: a count, a grouped sum or ordered
+    rows, the derived SELECT plain, or with LIMIT, DISTINCT or GROUP BY (refused)."""
+    inner_kind = draw(st.sampled_from(["plain", "plain", "cte", "limit", "distinct", "grouped"]))
+    outer = draw(st.sampled_from(["count", "grouped", "rows"]))
+    filters = _where(draw, None)
+
+    def build(w: Models) -> Any:
+        m = w.Order
+        inner = select(m.status, m.amount, m.user_id, m.id).where(*[f(m) for f in filters])
+        if inner_kind == "limit":
+            inner = inner.order_by(m.id).limit(5)
+        elif inner_kind == "distinct":
+            inner = select(m.status, m.amount, m.user_id, m.id).distinct()
+        elif inner_kind == "grouped":
+            inner = select(
+                m.status, func.sum(m.amount).label("amount"), m.user_id, func.max(m.id).label("id")
+            ).group_by(m.status, m.user_id)
+        d = inner.cte() if inner_kind == "cte" else inner.subquery()
+        if outer == "count":
+            return select(func.count(), func.sum(d.c.amount)).select_from(d)
+        if outer == "grouped":
+            return select(d.c.status, func.count(), func.max(d.c.amount)).group_by(d.c.status)
+        return select(d.c.id, d.c.amount).order_by(d.c.amount.desc(), d.c.id).limit(6)
+
+    return Case(build, [], outer == "rows")
+
+
 def _distinct_on(draw: Any) -> Case:
     """PostgreSQL's DISTINCT ON one or two values, the first row of each picked by further
     ORDER BY parts and the ID (so the answer is one), with a LIMIT and OFFSET or not."""
@@ -474,7 +502,7 @@ def _distinct_on(draw: Any) -> Case:
 
 SHAPES = [
     _rows, _grouped, _nested, _reference_rows, _reference_grouped, _reference_nested,
-    _distinct_on, _items_joined,
+    _distinct_on, _items_joined, _derived,
 ]  # fmt: skip
 
 

@@ -342,6 +342,19 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
         )
     ],
+    "derived table or CTE on a sharded model as a query's whole FROM "
+    "(`select(func.count()).select_from(stmt.subquery())`)": [
+        Example(
+            "merged",
+            lambda w: select(func.count()).select_from(
+                select(w.Order.id).where(w.Order.amount > 3).subquery()
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.count()).select_from(select(w.Order.id).limit(5).subquery()),
+        ),
+    ],
     "keyless subquery on a sharded model": [
         Example(
             "exact",

@@ -20,7 +20,14 @@ Rules that hold in every way of running:
 * a subquery (IN, EXISTS, scalar, derived table, CTE) naming a sharded model sees only the
   tables of the source it runs in. It is exact over the UNION ALL of all tables, or when
   it is correlated with the outer query on the shard key (``Item.user_id ==
-  Order.user_id`` of models sharded alike); otherwise it is refused;
+  Order.user_id`` of models sharded alike), or when it is a derived table or CTE that is
+  the whole FROM list of its query and row-wise (no LIMIT, DISTINCT, GROUP BY, aggregate
+  or window function: each source then holds its share of the rows, as of the model's,
+  so ``select(func.count()).select_from(stmt.subquery())`` merges); otherwise it is
+  refused;
+* two sharded models read together (joined, or one in a subquery correlated with the
+  other) must be tied by an equality of their shard keys, in an ON clause or WHERE: they
+  are read table by table;
 * an alias of a sharded model (``aliased(Order)``) is refused: it names the logical table;
 * unsharded tables live in one database: joined with or filtering a sharded model, they
   are exact only where that database is the one the sharded tables are read in;
@@ -50,9 +57,20 @@ from sqlalchemy.sql.elements import (
     WithinGroup,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import Alias, Join, SelectBase
+from sqlalchemy.sql.selectable import CTE, Alias, Join, Select, SelectBase, Subquery
 
-from snowshard._compat import deannotated, explicit_correlation
+from snowshard._compat import (
+    deannotated,
+    distinct_of,
+    explicit_correlation,
+    fetch_clause_of,
+    group_by_of,
+    having_of,
+    limit_offset_of,
+    prefixes_of,
+    suffixes_of,
+    syntax_extensions_of,
+)
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_table
 
@@ -257,6 +275,60 @@ def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
     return found
 
 
+def _row_wise(select: Any) -> bool:
+    """Whether each row of ``select`` comes from one row of its FROM list alone: no LIMIT,
+    OFFSET, DISTINCT, GROUP BY, HAVING, aggregate or window function, and no SQL beside
+    the clauses (a prefix, suffix or syntax extension)."""
+    try:
+        limit, offset = limit_offset_of(select)
+    except CompileError:
+        return False
+    if limit is not None or offset or fetch_clause_of(select) is not None:
+        return False
+    if distinct_of(select) or group_by_of(select) or having_of(select) is not None:
+        return False
+    if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
+        return False
+    for column in select.selected_columns:
+        for item in walk(column):
+            if isinstance(item, (Over, FunctionFilter, WithinGroup)):
+                return False
+            if isinstance(item, FunctionElement) and function_kind(item) != "row":
+                return False
+    return True
+
+
+def _derived_tables(statement: Any) -> set[int]:
+    """The SELECTs (by ``id``) that are the whole FROM list of ``statement``, or of one of
+    them, as a derived table or a non-recursive CTE, and are row-wise (:func:`_row_wise`).
+
+    Run on each source, such a SELECT gives the source's share of its rows, as a table of
+    the model would: the query over it merges as one over the model. Whole objects of an
+    entity aliased to such a SELECT are not read this way (none is accepted then)."""
+    found: set[int] = set()
+    if any(
+        d.get("entity") is not None and d.get("expr") is d.get("entity")
+        for d in getattr(statement, "column_descriptions", ())
+    ):
+        return found
+    stack = [statement]
+    while stack:
+        select = stack.pop()
+        froms = select.get_final_froms() if hasattr(select, "get_final_froms") else []
+        if len(froms) != 1:
+            continue
+        inner = getattr(froms[0], "element", None)
+        if (
+            isinstance(froms[0], (Subquery, CTE))
+            and not getattr(froms[0], "recursive", False)
+            and isinstance(inner, Select)
+            and _row_wise(inner)
+        ):
+            found.add(id(inner))
+            stack.append(inner)
+    return found
+
+
 def check_nested(statement: Any, whole: bool) -> None:
     """Refuse a subquery on a sharded model that would see only part of its rows.
 
@@ -267,11 +339,13 @@ def check_nested(statement: Any, whole: bool) -> None:
         return
     # the outer FROM tables: found only when a subquery needs them
     enclosing: set[Any] | None = None
+    derived: set[int] | None = None
     for select in _nested_selects(statement):
         if enclosing is None:
             enclosing = _from_tables(statement)
+            derived = _derived_tables(statement)
         models = _own_models(select, enclosing)
-        if not models or _correlated_on_key(select):
+        if not models or _correlated_on_key(select) or id(select) in (derived or ()):
             continue
         names = ", ".join(m.name for m in models)
         if any(len(m.spec.databases) > 1 for m in models):
@@ -281,8 +355,10 @@ def check_nested(statement: Any, whole: bool) -> None:
             f"without being correlated with the outer query on its shard key, and this "
             f"query runs shard by shard: the subquery would see only the rows of each "
             f"shard (e.g. an average of one shard). Correlate it on the shard key "
-            f"(... WHERE inner.user_id == outer.user_id), or run the subquery first and "
-            f"pass its result as a value or a list"
+            f"(... WHERE inner.user_id == outer.user_id), run the subquery first and "
+            f"pass its result as a value or a list, or (for a derived table or CTE that "
+            f"is a query's whole FROM) leave LIMIT, DISTINCT, GROUP BY, aggregates and "
+            f"window functions out of it"
         )
 
 
