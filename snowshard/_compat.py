@@ -60,6 +60,7 @@ __all__ = [
     "has_multi_values",
     "has_options",
     "having_of",
+    "insert_select_of",
     "interim_rows",
     "invoke_statement",
     "is_type_bound",
@@ -196,6 +197,11 @@ def suffixes_of(statement: Any) -> list[tuple[str, str | None]]:
     """A SELECT's ``suffix_with()`` texts, each with the dialect it renders for
     (``_suffixes``, all versions)."""
     return [(str(getattr(c, "text", c)), d) for c, d in statement._suffixes]
+
+
+def insert_select_of(statement: Any) -> Any:
+    """The SELECT of an ``insert().from_select()``, or None (``select``, all versions)."""
+    return getattr(statement, "select", None)
 
 
 def has_options(statement: Any) -> bool:

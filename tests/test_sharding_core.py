@@ -84,3 +84,12 @@ def test_multi_row_values_insert_is_refused(session: ShardedSession, sql_log: Sq
             sa.insert(Order).values([{"user_id": 1, "amount": 1}, {"user_id": 2, "amount": 2}])
         )
     assert len(sql_log) == 0
+
+
+def test_insert_from_select_is_refused(session: ShardedSession, sql_log: SqlLog) -> None:
+    """insert().from_select(...) is refused as such (not as a row without its key), asking
+    for the rows to be selected and passed, before any SQL."""
+    rows = select(Order.user_id, Order.amount).where(Order.user_id == 1)
+    with pytest.raises(UnsupportedShardQuery, match=r"from_select.*pass them"):
+        session.execute(sa.insert(Order).from_select(["user_id", "amount"], rows))
+    assert len(sql_log) == 0

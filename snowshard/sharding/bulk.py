@@ -17,7 +17,7 @@ from sqlalchemy.engine import Result
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.sql.elements import BindParameter
 
-from snowshard._compat import has_multi_values
+from snowshard._compat import has_multi_values, insert_select_of
 from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.rewrite import Target, retarget
@@ -108,6 +108,12 @@ def run_bulk(
     :class:`~snowshard.sharding.errors.ShardHintConflict` before any SQL runs.
     """
     statement = state.statement
+    if isinstance(statement, Insert) and insert_select_of(statement) is not None:
+        raise UnsupportedShardQuery(
+            f"insert({model.name}).from_select(...) is not routed: each row's ID and table "
+            "come from its values, which the database would compute; select the rows, then "
+            "pass them as session.execute(insert(Model), [row, ...])"
+        )
     if isinstance(statement, Insert) and has_multi_values(statement):
         raise UnsupportedShardQuery(
             "insert().values([...]) with several rows is not routed; pass the rows as "
