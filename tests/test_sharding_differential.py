@@ -428,6 +428,8 @@ def _items_joined(draw: Any) -> Case:
     tied by them in WHERE: one table's rows, or refused where no condition ties the keys."""
     chosen = draw(st.lists(st.sampled_from(range(len(_ITEM_CONDITIONS))), min_size=1, max_size=2, unique=True))
     how = draw(st.sampled_from(["inner", "outer", "where"]))
+    if how == "where" and chosen == [3]:  # no condition relates them: a cross join in ON
+        how = "inner"
     counted = draw(st.booleans())
     filters = _where(draw, None)
 

@@ -83,13 +83,13 @@ def _distinct_extreme(element: Any) -> bool:
     )
 
 
-def without_distinct_extremes(element: Any) -> Any:
-    """``element`` with each ``MIN(DISTINCT x)``/``MAX(DISTINCT x)`` in it written
+def without_distinct_extremes(expression: Any) -> Any:
+    """``expression`` with each ``MIN(DISTINCT x)``/``MAX(DISTINCT x)`` in it written
     ``MIN(x)``/``MAX(x)``, of the same type: the least of the distinct values is the least
     value, so the merge then picks it as for any MIN/MAX (strings by weight or rank
-    included). ``element`` itself where it holds neither."""
-    if element is None or not any(_distinct_extreme(part) for part in walk(element)):
-        return element
+    included). ``expression`` itself where it holds neither."""
+    if expression is None or not any(_distinct_extreme(part) for part in walk(expression)):
+        return expression
 
     def plain(element: Any, **kw: Any) -> Any:
         if not _distinct_extreme(element):
@@ -98,7 +98,7 @@ def without_distinct_extremes(element: Any) -> Any:
         return getattr(func, str(element.name).lower())(argument.element, type_=element.type)
 
     no_options: dict[str, Any] = {}
-    return visitors.replacement_traverse(element, no_options, plain)
+    return visitors.replacement_traverse(expression, no_options, plain)
 
 
 def _same(left: Any, right: Any) -> bool:

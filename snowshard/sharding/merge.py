@@ -25,9 +25,11 @@ Division and CAST over aggregates are computed as the session's database compute
 (:mod:`~snowshard.sharding.arith`). ``count(DISTINCT x)`` is summed where ``x`` is a
 shard key (equal keys live in one table), else each source also groups by ``x`` and the
 merge counts the distinct values (or, for ``sum``/``avg(DISTINCT x)`` of integers, sums or
-averages them); ``MIN``/``MAX(DISTINCT x)`` are ``MIN``/``MAX(x)``. What cannot be merged
-exactly (SUM/AVG of distinct non-integers, window functions not partitioned by the shard key, unknown
-functions, division and CAST on other databases) raises
+averages them); ``MIN``/``MAX(DISTINCT x)`` are ``MIN``/``MAX(x)``. PostgreSQL's DISTINCT
+ON keeps the first merged row of each value. What cannot be merged exactly (SUM/AVG of
+distinct non-integers, window functions not partitioned by the shard key, unknown
+functions, division and CAST on other databases, SQL text in ORDER BY, prefixes and
+suffixes: :mod:`~.modifiers`) raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` (see :mod:`~.analysis`).
 """
 
