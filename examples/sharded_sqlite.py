@@ -13,7 +13,17 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Engine, Integer, String, create_engine, event, func, select
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    Integer,
+    String,
+    and_,
+    create_engine,
+    event,
+    func,
+    select,
+)
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -112,7 +122,7 @@ def run(engine: Engine, sent: list[str]) -> None:
         sent.clear()
         lines = session.execute(  # orders_k JOIN items_k: binding tables, one shard
             select(Order.id, Item.sku, Item.quantity)
-            .join(Item, Item.order_id == Order.id)
+            .join(Item, and_(Item.user_id == Order.user_id, Item.order_id == Order.id))
             .where(Order.user_id == alice.id)
             .order_by(Item.sku)
         ).all()
