@@ -305,3 +305,43 @@ def test_a_derived_table_that_is_not_row_wise_is_refused(shop: Setup, name: str)
     answer (a count of each source's top 5), and one joined beside the model is not the
     query's whole FROM: refused before any SQL, naming what to leave out."""
     _refused(shop, _NOT_ROW_WISE[name], "derived table")
+
+
+# --------------------------------------------------------------------------- EXISTS
+
+
+def _typed(setup: Setup, build: Any) -> tuple[list[Any], list[Any]]:
+    """Rows of ``build`` on the sharded model and its twin, each value with its type."""
+    s = setup.schema
+    with setup.session() as session:
+        got, twin = (
+            [tuple((type(v).__name__, v) for v in row) for row in session.execute(build(m))]
+            for m in (s.Order, s.OrderTwin)
+        )
+    return got, twin
+
+
+def test_select_exists_is_true_where_any_shard_has_a_row(shop: Setup) -> None:
+    """select(exists().where(...)) runs on every source and is true (or 1, as the database
+    types it) where any source's is: keyed, keyless, none found, two at once, labelled."""
+    for build in (
+        lambda o: select(exists().where(o.user_id == USERS[2])),
+        lambda o: select(exists().where(o.amount > 11)),
+        lambda o: select(exists().where(o.amount > 1000)),
+        lambda o: select(exists().where(o.status == "paid"), exists().where(o.amount < 0)),
+        lambda o: select(select(o.id).where(o.amount > 11).exists().label("any_big")),
+    ):
+        got, twin = _typed(shop, build)
+        assert got == twin and len(twin) == 1
+
+
+def test_select_exists_of_a_per_shard_answer_is_refused(shop: Setup) -> None:
+    """EXISTS of a grouped SELECT (groups of one shard), or one beside a FROM list, is
+    refused before any SQL."""
+    for build in (
+        lambda o: select(
+            select(o.user_id).group_by(o.user_id).having(func.count() > 5).exists()
+        ),
+        lambda o: select(o.id, exists().where(o.amount > 11)),
+    ):
+        _refused(shop, build, "subquery")

@@ -355,6 +355,15 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(func.count()).select_from(select(w.Order.id).limit(5).subquery()),
         ),
     ],
+    "`select(exists().where(...))` on a sharded model (no FROM list)": [
+        Example("merged", lambda w: select(exists().where(w.Order.amount > 5))),
+        Example(
+            "refused",
+            lambda w: select(
+                select(w.Order.user_id).group_by(w.Order.user_id).having(func.count() > 2).exists()
+            ),
+        ),
+    ],
     "keyless subquery on a sharded model": [
         Example(
             "exact",

@@ -57,7 +57,7 @@ from sqlalchemy.sql.elements import (
     WithinGroup,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import CTE, Alias, Join, Select, SelectBase, Subquery
+from sqlalchemy.sql.selectable import CTE, Alias, Exists, Join, Select, SelectBase, Subquery
 
 from snowshard._compat import (
     deannotated,
@@ -82,6 +82,7 @@ __all__ = [
     "check_nested",
     "check_outer_joins",
     "describe",
+    "exists_selects",
     "function_kind",
     "unsharded_tables",
     "walk",
@@ -298,6 +299,33 @@ def _row_wise(select: Any) -> bool:
     return True
 
 
+def exists_selects(statement: Any) -> list[Select[Any]]:
+    """The SELECT inside each ``EXISTS`` that a SELECT without a FROM list selects
+    (``select(exists().where(...))``): one row on each source, merged by
+    :mod:`~snowshard.sharding.merge` as true where any source's is."""
+    if not isinstance(statement, Select) or statement.get_final_froms():
+        return []
+    found = []
+    for column in statement.selected_columns:
+        chain = _exists_chain(_plain(column))
+        if chain:
+            found.append(chain[-1])
+    return found
+
+
+def _exists_chain(element: Any) -> list[Any]:
+    """For an ``EXISTS``: the SELECTs from it to the SELECT it tests, that one last (2.0
+    wraps it in a grouping, itself a SelectBase; 2.1 in a scalar SELECT); else []."""
+    if not isinstance(element, Exists):
+        return []
+    chain = []
+    for query in _nested_selects(element):
+        chain.append(query)
+        if isinstance(query, Select):
+            return chain
+    return []
+
+
 def _derived_tables(statement: Any) -> set[int]:
     """The SELECTs (by ``id``) that are the whole FROM list of ``statement``, or of one of
     them, as a derived table or a non-recursive CTE, and are row-wise (:func:`_row_wise`).
@@ -312,6 +340,12 @@ def _derived_tables(statement: Any) -> set[int]:
     ):
         return found
     stack = [statement]
+    if isinstance(statement, Select) and not statement.get_final_froms():
+        for column in statement.selected_columns:
+            chain = _exists_chain(_plain(column))
+            if chain and _row_wise(chain[-1]):  # whether a source holds a row: any() of them
+                found.update(id(query) for query in chain)
+                stack.append(chain[-1])
     while stack:
         select = stack.pop()
         froms = select.get_final_froms() if hasattr(select, "get_final_froms") else []

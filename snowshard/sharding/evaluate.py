@@ -34,6 +34,7 @@ from sqlalchemy.sql.elements import (
     UnaryExpression,
 )
 from sqlalchemy.sql.functions import FunctionElement, func
+from sqlalchemy.sql.selectable import Exists
 from sqlalchemy.types import Integer
 
 from snowshard._compat import LabelReference, plugin_subject_of
@@ -234,6 +235,12 @@ class Atoms:
                 spread.append(helper)  # count and sum of DISTINCT x: grouped by x once
         return spread
 
+    def exists(self, element: Any) -> int:
+        """The helper of a selected ``EXISTS`` (kind ``"exists"``: the merge takes the
+        greatest of the sources' values, true or 1 where any is)."""
+        found = self._find(bare(element), "exists")
+        return found if found is not None else self._add(element, "exists")
+
     def add_weight(self, element: Any) -> int:
         """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind
         ``"weight"``: read as the source sent it, like a key)."""
@@ -295,6 +302,9 @@ def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
         return _binary(plain, atoms)
     if isinstance(plain, BooleanClauseList):
         return _boolean(plain, atoms)
+    if isinstance(plain, Exists):  # select(exists(...)): true where any source's is
+        index = atoms.exists(plain)
+        return lambda values: values[index]
     if isinstance(plain, UnaryExpression):
         if plain.operator is operators.neg:
             inner = compile_expression(plain.element, atoms)

@@ -41,7 +41,18 @@ from decimal import ROUND_HALF_UP, Decimal
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Column, Float, Integer, Numeric, Select, literal, literal_column, null
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    Numeric,
+    Select,
+    literal,
+    literal_column,
+    null,
+    type_coerce,
+)
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
@@ -72,7 +83,7 @@ from snowshard._compat import (
     order_by_of,
     without_having,
 )
-from snowshard.sharding.analysis import check_row_expression, describe, walk
+from snowshard.sharding.analysis import check_row_expression, describe, exists_selects, walk
 from snowshard.sharding.arith import integer_average, integer_sum, numeric_average
 from snowshard.sharding.collation import (
     EQUALITY,
@@ -248,7 +259,7 @@ def _combine(kind: str, values: Iterable[Any]) -> Any:
         for value in present[1:]:
             total = total + value
         return total
-    return min(present) if kind == "min" else max(present)
+    return min(present) if kind == "min" else max(present)  # "max", "exists"
 
 
 class MergePlan:
@@ -294,7 +305,7 @@ class MergePlan:
         if having is not None:
             check_row_expression(having, models)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
-        self.grouped = self.grouped or having is not None
+        self.grouped = self.grouped or having is not None or bool(exists_selects(statement))
         if self.grouped and distinct_on:
             raise UnsupportedShardQuery(
                 "DISTINCT ON with GROUP BY or aggregates across shards is not merged; route "
@@ -712,7 +723,13 @@ class _ByRank:
 def _placeholder(column: Any, index: int) -> Any:
     """NULL in place of a computed column, with its type and its label (or a unique one)."""
     type_ = column.type
-    value = null() if isinstance(type_, NullType) else sql_cast(null(), type_)
+    value: Any
+    if isinstance(type_, NullType):
+        value = null()
+    elif isinstance(type_, Boolean):  # MySQL/MariaDB cannot CAST to BOOL; NULL needs none
+        value = type_coerce(null(), type_)
+    else:
+        value = sql_cast(null(), type_)
     return value.label(column.name if isinstance(column, Label) else f"snowshard_output_{index}")
 
 
