@@ -303,14 +303,16 @@ def exists_selects(statement: Any) -> list[Select[Any]]:
     """The SELECT inside each ``EXISTS`` that a SELECT without a FROM list selects
     (``select(exists().where(...))``): one row on each source, merged by
     :mod:`~snowshard.sharding.merge` as true where any source's is."""
+    return [chain[-1] for chain in _exists_chains(statement)]
+
+
+def _exists_chains(statement: Any) -> list[list[Any]]:
+    """For a SELECT without a FROM list, the :func:`_exists_chain` of each EXISTS it
+    selects; [] for any other statement."""
     if not isinstance(statement, Select) or statement.get_final_froms():
         return []
-    found = []
-    for column in statement.selected_columns:
-        chain = _exists_chain(_plain(column))
-        if chain:
-            found.append(chain[-1])
-    return found
+    chains = (_exists_chain(_plain(column)) for column in statement.selected_columns)
+    return [chain for chain in chains if chain]
 
 
 def _exists_chain(element: Any) -> list[Any]:
@@ -331,8 +333,10 @@ def _derived_tables(statement: Any) -> set[int]:
     them, as a derived table or a non-recursive CTE, and are row-wise (:func:`_row_wise`).
 
     Run on each source, such a SELECT gives the source's share of its rows, as a table of
-    the model would: the query over it merges as one over the model. Whole objects of an
-    entity aliased to such a SELECT are not read this way (none is accepted then)."""
+    the model would: the query over it merges as one over the model. So does the row-wise
+    SELECT an EXISTS tests where the statement selects it without a FROM list
+    (:func:`exists_selects`), with the SELECTs wrapping it. Whole objects of an entity
+    aliased to such a SELECT are not read this way (none is accepted then)."""
     found: set[int] = set()
     if any(
         d.get("entity") is not None and d.get("expr") is d.get("entity")
@@ -340,12 +344,10 @@ def _derived_tables(statement: Any) -> set[int]:
     ):
         return found
     stack = [statement]
-    if isinstance(statement, Select) and not statement.get_final_froms():
-        for column in statement.selected_columns:
-            chain = _exists_chain(_plain(column))
-            if chain and _row_wise(chain[-1]):  # whether a source holds a row: any() of them
-                found.update(id(query) for query in chain)
-                stack.append(chain[-1])
+    for chain in _exists_chains(statement):
+        if _row_wise(chain[-1]):  # whether a source holds a row: any() of them
+            found.update(id(query) for query in chain)
+            stack.append(chain[-1])
     while stack:
         select = stack.pop()
         froms = select.get_final_froms() if hasattr(select, "get_final_froms") else []
@@ -401,19 +403,10 @@ def _has_model(element: Any) -> bool:
 
 
 def _outer_joins(statement: Any) -> Iterator[Join]:
-    froms = statement.get_final_froms() if hasattr(statement, "get_final_froms") else []
-    for item in walk(statement, nested=True):
-        if isinstance(item, SelectBase) and item is not statement and hasattr(
-            item, "get_final_froms"
-        ):
-            froms.extend(item.get_final_froms())
-    stack = list(froms)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Join):
-            stack.extend((item.left, item.right))
-            if item.isouter or item.full:
-                yield item
+    for select in [statement, *_nested_selects(statement)]:
+        for join in _joins(select):
+            if join.isouter or join.full:
+                yield join
 
 
 def check_outer_joins(statement: Any) -> None:

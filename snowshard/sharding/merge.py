@@ -145,6 +145,13 @@ def _check_sql_text(element: Any) -> None:
         )
 
 
+def _labelled(element: Any, statement: Select[Any]) -> Any:
+    """``element``, or the selected column it names by label (``order_by("total")``)."""
+    if isinstance(element, TextualLabelReference):
+        return statement.selected_columns[element.element]
+    return element
+
+
 def _unwrap(element: Any) -> Any:
     while isinstance(element, (Label, LabelReference)):
         element = element.element
@@ -348,9 +355,8 @@ class MergePlan:
             )
         else:
             helpers = []
-            for expr, descending, nulls_first in order:
-                if isinstance(expr, TextualLabelReference):
-                    expr = statement.selected_columns[expr.element]
+            for named, descending, nulls_first in order:
+                expr = _labelled(named, statement)
                 _check_sql_text(expr)
                 self.order.append((len(helpers), descending, nulls_first))
                 value, ranked = sort_value(expr, dialect)
@@ -358,9 +364,8 @@ class MergePlan:
                     self.ranked[len(helpers)] = ranked
                 helpers.append(value)
             firsts = []
-            for expr in distinct_on:  # the values whose first row each source keeps
-                if isinstance(expr, TextualLabelReference):
-                    expr = statement.selected_columns[expr.element]
+            for named in distinct_on:  # the values whose first row each source keeps
+                expr = _labelled(named, statement)
                 check_strings(expr, dialect, EQUALITY, "DISTINCT ON")
                 firsts.append(len(helpers))
                 helpers.append(expr)
@@ -381,16 +386,18 @@ class MergePlan:
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
-        self.unique = [
-            distinct_weights[i] - self.helpers if i in distinct_weights else i
-            for i in range(self.width)
-        ]
+        self.unique = (
+            [i - self.helpers for i in firsts]
+            if distinct_on
+            else [
+                distinct_weights[i] - self.helpers if i in distinct_weights else i
+                for i in range(self.width)
+            ]
+        )
         """Where DISTINCT reads each selected column's identity in a merged row: the column,
         or (negative: from the row's end) the WEIGHT_STRING() helper it matches by; for
         DISTINCT ON, the helpers of its values (rows come in ORDER BY order, so the first
         row of each is the one a single table keeps)."""
-        if distinct_on:
-            self.unique = [i - self.helpers for i in firsts]
         self.distinct_by_weight = bool(distinct_weights)
         """Whether DISTINCT matches some selected strings by weight (:attr:`unique`)."""
         self.source = source.add_columns(*labels) if labels else source
@@ -429,9 +436,8 @@ class MergePlan:
         atoms = self.atoms
         weights: dict[int, int] = {}
         """GROUP BY key helper -> its WEIGHT_STRING() helper (strings grouped by weight)."""
-        for group in group_by_of(statement):
-            if isinstance(group, TextualLabelReference):
-                group = statement.selected_columns[group.element]
+        for named in group_by_of(statement):
+            group = _labelled(named, statement)
             check_row_expression(group, ())
             weight = weight_of(group, self.dialect, EQUALITY, "GROUP BY")
             key = atoms.add_key(group)
