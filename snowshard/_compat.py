@@ -630,6 +630,21 @@ def interim_rows(result: Result[Any]) -> list[Any]:
     return list(result._fetchall_impl())
 
 
+def as_single_entity(result: Result[Any]) -> Result[Any]:
+    """``result`` flagged as a result of one ORM entity: the legacy ``Query`` then hands
+    out its objects rather than one-element rows (``_attributes["is_single_entity"]``,
+    set by ORM loading and read by ``Query``, all versions)."""
+    result._attributes = result._attributes.union({"is_single_entity": True})
+    return result
+
+
+def returns_tuples(state: Any) -> bool:
+    """Whether the legacy ``Query`` of an ``ORMExecuteState`` asked for rows even of one
+    entity (``only_return_tuples(True)``, ``Query.tuples()``: the load option
+    ``_only_return_tuples``, all versions)."""
+    return bool(getattr(state.load_options, "_only_return_tuples", False))
+
+
 class ResultCloser:
     """Closes the sources of a :func:`chunked_result` when it is closed or exhausted (the
     ``raw`` of an ``IteratorResult`` is closed through ``_soft_close``, all versions)."""

@@ -23,8 +23,8 @@ Rules that hold in every way of running:
   Order.user_id`` of models sharded alike), or when it is a derived table or CTE that is
   the whole FROM list of its query and row-wise (no LIMIT, DISTINCT, GROUP BY, aggregate
   or window function: each source then holds its share of the rows, as of the model's,
-  so ``select(func.count()).select_from(stmt.subquery())`` merges); otherwise it is
-  refused;
+  so ``select(func.count()).select_from(stmt.subquery())`` and ``Query.count()``
+  merge); otherwise it is refused;
 * two sharded models read together (joined, or one in a subquery correlated with the
   other) must be tied by an equality of their shard keys, in an ON clause or WHERE: they
   are read table by table;
@@ -353,16 +353,25 @@ def _derived_tables(statement: Any) -> set[int]:
         froms = select.get_final_froms() if hasattr(select, "get_final_froms") else []
         if len(froms) != 1:
             continue
-        inner = getattr(froms[0], "element", None)
+        derived = _unaliased(froms[0])
+        inner = getattr(derived, "element", None)
         if (
-            isinstance(froms[0], (Subquery, CTE))
-            and not getattr(froms[0], "recursive", False)
+            isinstance(derived, (Subquery, CTE))
+            and not getattr(derived, "recursive", False)
             and isinstance(inner, Select)
             and _row_wise(inner)
         ):
             found.add(id(inner))
             stack.append(inner)
     return found
+
+
+def _unaliased(from_: Any) -> Any:
+    """A derived table under the aliases wrapping it (``Query.count()`` selects from an
+    anonymous alias of its query's subquery): one derived table in SQL."""
+    while isinstance(from_, Alias) and isinstance(from_.element, (Alias, Subquery, CTE)):
+        from_ = from_.element
+    return from_
 
 
 def check_nested(statement: Any, whole: bool) -> None:

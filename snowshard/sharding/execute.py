@@ -42,6 +42,7 @@ from snowshard._compat import (
     later_orm_hooks,
     limit_offset_of,
     plugin_subject_of,
+    returns_tuples,
     session_execution_options,
 )
 from snowshard.sharding.analysis import (
@@ -600,5 +601,5 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         rank = merge_ranker(plan.merge, connections, plan.steps[0].database)
     results = [_run(state, step.statement, step.database, given) for step in plan.steps]
     if plan.merge is not None:
-        return plan.merge.merge(results, rank)
+        return plan.merge.flag_single_entity(plan.merge.merge(results, rank), returns_tuples(state))
     return merge_results(results)

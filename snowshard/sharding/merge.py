@@ -57,6 +57,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
+from sqlalchemy.orm import Bundle
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -74,6 +75,7 @@ from sqlalchemy.types import NullType
 from snowshard._compat import (
     LabelReference,
     TextualLabelReference,
+    as_single_entity,
     distinct_of,
     distinct_on_of,
     fetch_clause_of,
@@ -299,6 +301,8 @@ class MergePlan:
         """Whether DISTINCT keeps the first row per DISTINCT ON values (:attr:`unique`)."""
         self.width = len(statement.column_descriptions)
         """Columns of a result row (an ORM entity is one)."""
+        self.single_entity = _single_entity(statement)
+        """Whether the statement selects one ORM entity alone (:meth:`flag_single_entity`)."""
         self.dialect = dialect
         nulls_large = dialect in _NULLS_LARGE
         columns = [without_distinct_extremes(c) for c in statement.selected_columns]
@@ -622,6 +626,14 @@ class MergePlan:
             merged.sort(key=key, reverse=reverse)
         return [outputs + values for outputs, values in merged]
 
+    def flag_single_entity(self, result: Result[Any], tuples: bool) -> Result[Any]:
+        """The merged ``result``, flagged as a result of one ORM entity when the statement
+        selects one (:attr:`single_entity`) and its ``Query`` did not ask for rows
+        (``tuples``: ``only_return_tuples(True)``): the legacy ``Query`` then hands out objects, as
+        for one table. The sources' results lack the flag when helper columns follow the
+        entity."""
+        return as_single_entity(result) if self.single_entity and not tuples else result
+
     def merge(self, results: Sequence[Result[Any]], rank: Ranker | None = None) -> Result[Any]:
         """The statement's result, from each source's result of :attr:`source`; ``rank``
         ranks strings for a plan with :attr:`ranked` helpers."""
@@ -653,6 +665,18 @@ class MergePlan:
         if self.helpers:
             return result.columns(*range(width))
         return result
+
+
+def _single_entity(statement: Any) -> bool:
+    """Whether ``statement`` selects one ORM entity, or one single-entity ``Bundle``, alone."""
+    descriptions = statement.column_descriptions
+    if len(descriptions) != 1:
+        return False
+    expr = descriptions[0].get("expr")
+    if isinstance(expr, Bundle):
+        return bool(expr.single_entity)
+    entity = descriptions[0].get("entity")
+    return entity is not None and expr is entity
 
 
 def sort_key(

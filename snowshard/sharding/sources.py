@@ -35,7 +35,12 @@ from sqlalchemy.engine import Connection, CursorResult, Result
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.util import immutabledict
 
-from snowshard._compat import orm_cursor_result, orm_pre_execute, session_execution_options
+from snowshard._compat import (
+    orm_cursor_result,
+    orm_pre_execute,
+    returns_tuples,
+    session_execution_options,
+)
 from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.fanout import concurrency_of, run_concurrently, run_gathered
 from snowshard.sharding.merge import MergePlan
@@ -158,6 +163,7 @@ def run_merged(state: ORMExecuteState, steps: list[Any], plan: MergePlan) -> Res
     try:
         batch = _batch({**state.execution_options, **prepared[0].options})
         merged = merge_sources(plan, sources, batch, rank)
+        merged = plan.flag_single_entity(merged, returns_tuples(state))
         if is_async:
             # an AsyncSession hands the result out of the greenlet: no I/O may be left
             # (ORM post-loads, cursor reads), as for its own buffered results
