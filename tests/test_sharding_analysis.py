@@ -272,15 +272,23 @@ _ROW_WISE = {
     "two levels": lambda o: select(func.count()).select_from(
         select(_derived(o).c.amount).subquery()
     ),
+    "DISTINCT over the shard key": lambda o: select(func.count()).select_from(
+        select(o.user_id).distinct().subquery()
+    ),
+    "DISTINCT over the key and more": lambda o: (lambda d: select(d.c.status, func.count())
+        .group_by(d.c.status))(select(o.user_id, o.status).distinct().subquery()),  # fmt: skip
+    "DISTINCT of whole entities": lambda o: select(func.count()).select_from(
+        select(o).distinct().subquery()
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(_ROW_WISE))
 def test_a_row_wise_derived_table_merges_as_the_model(shop: Setup, name: str) -> None:
-    """A derived table or CTE that is a query's whole FROM, without LIMIT, DISTINCT,
-    GROUP BY or aggregates, holds each source's share of the rows: the query over it (the
-    count idiom select(func.count()).select_from(stmt.subquery()) included) equals one
-    table's."""
+    """A derived table or CTE that is a query's whole FROM, without LIMIT, GROUP BY or
+    aggregates, and DISTINCT only over a shard key (equal rows then live in one shard),
+    holds each source's share of the rows: the query over it (the count idiom
+    select(func.count()).select_from(stmt.subquery()) included) equals one table's."""
     got, twin = _both(shop, _ROW_WISE[name])
     assert got == twin and twin
 
@@ -288,6 +296,9 @@ def test_a_row_wise_derived_table_merges_as_the_model(shop: Setup, name: str) ->
 _NOT_ROW_WISE = {
     "LIMIT": lambda o: select(func.count()).select_from(select(o.id).limit(5).subquery()),
     "DISTINCT": lambda o: select(func.count()).select_from(select(o.status).distinct().subquery()),
+    "DISTINCT of an expression of the key": lambda o: select(func.count()).select_from(
+        select(o.user_id % 3).distinct().subquery()
+    ),
     "GROUP BY": lambda o: select(func.count()).select_from(
         select(o.user_id, func.count()).group_by(o.user_id).subquery()
     ),
@@ -305,6 +316,26 @@ def test_a_derived_table_that_is_not_row_wise_is_refused(shop: Setup, name: str)
     answer (a count of each source's top 5), and one joined beside the model is not the
     query's whole FROM: refused before any SQL, naming what to leave out."""
     _refused(shop, _NOT_ROW_WISE[name], "derived table")
+
+
+def _item_users(o: Any, i: Any, outer: bool) -> Any:
+    """count(*) of the DISTINCT item users of orders (NULL for an order without items above
+    4, when the join is outer)."""
+    on = and_(i.order_id == o.id, i.user_id == o.user_id, i.qty > 4)
+    joined = select(i.user_id).select_from(o).join(i, on, isouter=outer).distinct()
+    return select(func.count()).select_from(joined.subquery())
+
+
+def test_distinct_over_an_outer_joined_key_is_refused(shop: Setup) -> None:
+    """DISTINCT over a key an outer join can make NULL would give one NULL row per source:
+    refused before any SQL, where the same over an inner join merges."""
+    s = shop.schema
+    shop.sent.clear()
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="derived table"):
+        session.execute(_item_users(s.Order, s.Item, outer=True))
+    assert shop.sent == []
+    got, twin = _joined(shop, lambda o, i: _item_users(o, i, outer=False))
+    assert got == twin and twin
 
 
 # --------------------------------------------------------------------------- EXISTS
@@ -335,13 +366,27 @@ def test_select_exists_is_true_where_any_shard_has_a_row(shop: Setup) -> None:
         assert got == twin and len(twin) == 1
 
 
+def test_select_exists_of_a_limited_or_distinct_select_merges(shop: Setup) -> None:
+    """EXISTS of a SELECT with LIMIT (1 or 0) or DISTINCT asks the same of each source as of
+    one table: whether a row is there."""
+    for build in (
+        lambda o: select(select(o.id).where(o.amount > 11).limit(1).exists()),
+        lambda o: select(select(o.id).where(o.amount > 1000).limit(1).exists()),
+        lambda o: select(select(o.id).where(o.amount > 11).limit(0).exists()),
+        lambda o: select(select(o.status).where(o.amount > 11).distinct().exists()),
+    ):
+        got, twin = _typed(shop, build)
+        assert got == twin and len(twin) == 1
+
+
 def test_select_exists_of_a_per_shard_answer_is_refused(shop: Setup) -> None:
-    """EXISTS of a grouped SELECT (groups of one shard), or one beside a FROM list, is
-    refused before any SQL."""
+    """EXISTS of a grouped SELECT (groups of one shard), of an OFFSET (rows past the
+    first of one shard), or one beside a FROM list, is refused before any SQL."""
     for build in (
         lambda o: select(
             select(o.user_id).group_by(o.user_id).having(func.count() > 5).exists()
         ),
+        lambda o: select(select(o.id).where(o.amount > 11).offset(3).exists()),
         lambda o: select(o.id, exists().where(o.amount > 11)),
     ):
         _refused(shop, build, "subquery")

@@ -447,9 +447,13 @@ def _items_joined(draw: Any) -> Case:
 
 def _derived(draw: Any) -> Case:
     """A query over a derived table (or CTE) of orders: a count, a grouped sum or ordered
-    rows, the derived SELECT plain, or with LIMIT, DISTINCT or GROUP BY (refused)."""
+    rows, the derived SELECT plain, with DISTINCT over columns with or without a shard key
+    (merged or refused), or with LIMIT or GROUP BY (refused)."""
     inner_kind = draw(st.sampled_from(["plain", "plain", "cte", "limit", "distinct", "grouped"]))
     outer = draw(st.sampled_from(["count", "grouped", "rows"]))
+    keys = draw(st.sampled_from([(), ("user_id",), ("id",), ("user_id", "id")]))
+    if inner_kind == "distinct" and "id" not in keys and outer == "rows":
+        outer = "count"  # rows ordered by the ID only
     filters = _where(draw, None)
 
     def build(w: Models) -> Any:
@@ -458,7 +462,8 @@ def _derived(draw: Any) -> Case:
         if inner_kind == "limit":
             inner = inner.order_by(m.id).limit(5)
         elif inner_kind == "distinct":
-            inner = select(m.status, m.amount, m.user_id, m.id).distinct()
+            inner = select(m.status, m.amount, *[getattr(m, k) for k in keys]).distinct()
+            inner = inner.where(*[f(m) for f in filters])
         elif inner_kind == "grouped":
             inner = select(
                 m.status, func.sum(m.amount).label("amount"), m.user_id, func.max(m.id).label("id")

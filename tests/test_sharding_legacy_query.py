@@ -68,12 +68,24 @@ def test_objects_are_handed_out_beside_another_hook(shop: Setup) -> None:
 
 _COUNTS = {
     "filtered": lambda q, m: q(m).filter(m.amount > 5).count(),
+    "distinct objects": lambda q, m: q(m).filter(m.amount > 5).distinct().count(),
+    "distinct shard keys": lambda q, m: q(m.user_id).distinct().count(),
     "a column aggregate": lambda q, m: q(func.count(m.id)).filter(m.amount < 4).scalar(),
 }
 
 
 @pytest.mark.parametrize("name", list(_COUNTS))
 def test_count_is_the_twins(shop: Setup, name: str) -> None:
-    """Query.count() (a count of the query as a subquery) equals the twin's."""
+    """Query.count() (a count of the query as a subquery) equals the twin's, DISTINCT over a
+    shard key included."""
     got, twin = _both(shop, _COUNTS[name])
     assert got == twin and twin
+
+
+def test_count_of_distinct_non_key_values_is_refused(shop: Setup) -> None:
+    """Query(status).distinct().count() would count each source's distinct statuses:
+    refused before any SQL."""
+    shop.sent.clear()
+    with shop.session() as ses, pytest.raises(UnsupportedShardQuery, match="DISTINCT"):
+        ses.query(shop.schema.Order.status).distinct().count()
+    assert shop.sent == []

@@ -343,11 +343,23 @@ EXAMPLES: dict[str, list[Example]] = {
         )
     ],
     "derived table or CTE on a sharded model as a query's whole FROM "
-    "(`select(func.count()).select_from(stmt.subquery())`)": [
+    "(`select(func.count()).select_from(stmt.subquery())`, `Query.count()`)": [
         Example(
             "merged",
             lambda w: select(func.count()).select_from(
                 select(w.Order.id).where(w.Order.amount > 3).subquery()
+            ),
+        ),
+        Example(
+            "merged",
+            lambda w: select(func.count()).select_from(
+                select(w.Order.user_id, w.Order.status).distinct().subquery()
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.count()).select_from(
+                select(w.Order.status).distinct().subquery()
             ),
         ),
         Example(
@@ -357,6 +369,14 @@ EXAMPLES: dict[str, list[Example]] = {
     ],
     "`select(exists().where(...))` on a sharded model (no FROM list)": [
         Example("merged", lambda w: select(exists().where(w.Order.amount > 5))),
+        Example(
+            "merged",
+            lambda w: select(select(w.Order.id).where(w.Order.amount > 5).limit(1).exists()),
+        ),
+        Example(
+            "refused",
+            lambda w: select(select(w.Order.id).where(w.Order.amount > 5).offset(2).exists()),
+        ),
         Example(
             "refused",
             lambda w: select(

@@ -21,10 +21,10 @@ Rules that hold in every way of running:
   tables of the source it runs in. It is exact over the UNION ALL of all tables, or when
   it is correlated with the outer query on the shard key (``Item.user_id ==
   Order.user_id`` of models sharded alike), or when it is a derived table or CTE that is
-  the whole FROM list of its query and row-wise (no LIMIT, DISTINCT, GROUP BY, aggregate
-  or window function: each source then holds its share of the rows, as of the model's,
-  so ``select(func.count()).select_from(stmt.subquery())`` and ``Query.count()``
-  merge); otherwise it is refused;
+  the whole FROM list of its query and row-wise (no LIMIT, GROUP BY, aggregate or window
+  function, DISTINCT only over columns that include a shard key: each source then holds
+  its share of the rows, as of the model's, so ``select(func.count()).select_from(
+  stmt.subquery())`` and ``Query.count()`` merge); otherwise it is refused;
 * two sharded models read together (joined, or one in a subquery correlated with the
   other) must be tied by an equality of their shard keys, in an ON clause or WHERE: they
   are read table by table;
@@ -62,6 +62,7 @@ from sqlalchemy.sql.selectable import CTE, Alias, Exists, Join, Select, SelectBa
 from snowshard._compat import (
     deannotated,
     distinct_of,
+    distinct_on_of,
     explicit_correlation,
     fetch_clause_of,
     group_by_of,
@@ -276,17 +277,25 @@ def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
     return found
 
 
-def _row_wise(select: Any) -> bool:
-    """Whether each row of ``select`` comes from one row of its FROM list alone: no LIMIT,
-    OFFSET, DISTINCT, GROUP BY, HAVING, aggregate or window function, and no SQL beside
-    the clauses (a prefix, suffix or syntax extension)."""
+def _row_wise(select: Any, *, tested: bool = False) -> bool:
+    """Whether each source's rows of ``select`` are its share of the rows one table would
+    give: each row comes from one row of its FROM list alone (no LIMIT, OFFSET, GROUP BY,
+    HAVING, aggregate or window function, no SQL beside the clauses: a prefix, suffix or
+    syntax extension), and DISTINCT only over a shard key (:func:`_distinct_by_key`).
+
+    ``tested``: ``select`` is what an EXISTS tests, which asks only whether a row is
+    there: a LIMIT or DISTINCT keeps one if any (an OFFSET does not)."""
     try:
         limit, offset = limit_offset_of(select)
     except CompileError:
         return False
-    if limit is not None or offset or fetch_clause_of(select) is not None:
+    if offset or fetch_clause_of(select) is not None:
         return False
-    if distinct_of(select) or group_by_of(select) or having_of(select) is not None:
+    if limit is not None and not tested:
+        return False
+    if distinct_of(select) and not (tested or _distinct_by_key(select)):
+        return False
+    if group_by_of(select) or having_of(select) is not None:
         return False
     if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
         return False
@@ -297,6 +306,16 @@ def _row_wise(select: Any) -> bool:
             if isinstance(item, FunctionElement) and function_kind(item) != "row":
                 return False
     return True
+
+
+def _distinct_by_key(select: Any) -> bool:
+    """Whether ``select`` is a plain DISTINCT (not DISTINCT ON) whose columns include a
+    shard key, with no outer join (which could make the key NULL): rows equal in every
+    column then share one key value, so they all come from one shard, and each source
+    removes the duplicates of its own rows (``Query(Order).distinct().count()``)."""
+    if distinct_on_of(select) or any(j.isouter or j.full for j in _joins(select)):
+        return False
+    return any(_key_of(column) is not None for column in select.selected_columns)
 
 
 def exists_selects(statement: Any) -> list[Select[Any]]:
@@ -345,7 +364,7 @@ def _derived_tables(statement: Any) -> set[int]:
         return found
     stack = [statement]
     for chain in _exists_chains(statement):
-        if _row_wise(chain[-1]):  # whether a source holds a row: any() of them
+        if _row_wise(chain[-1], tested=True):  # whether a source holds a row: any() of them
             found.update(id(query) for query in chain)
             stack.append(chain[-1])
     while stack:
@@ -402,8 +421,8 @@ def check_nested(statement: Any, whole: bool) -> None:
             f"shard (e.g. an average of one shard). Correlate it on the shard key "
             f"(... WHERE inner.user_id == outer.user_id), run the subquery first and "
             f"pass its result as a value or a list, or (for a derived table or CTE that "
-            f"is a query's whole FROM) leave LIMIT, DISTINCT, GROUP BY, aggregates and "
-            f"window functions out of it"
+            f"is a query's whole FROM) leave LIMIT, GROUP BY, aggregates and window "
+            f"functions out of it, and DISTINCT unless its columns include the shard key"
         )
 
 
