@@ -214,6 +214,19 @@ def has_multi_values(statement: Any) -> bool:
     return bool(statement._multi_values)
 
 
+def has_returning(statement: Any) -> bool:
+    """Whether an INSERT/UPDATE/DELETE has RETURNING (``_returning``, all versions; the
+    public ``returning_column_descriptions`` fails for an ORM entity in version 2.1)."""
+    return bool(statement._returning)
+
+
+def sorts_by_parameter_order(statement: Any) -> bool:
+    """Whether an INSERT's RETURNING was asked to follow the parameter sets' order
+    (``returning(..., sort_by_parameter_order=True)``, new in version 2.0.10:
+    ``_sort_by_parameter_order``)."""
+    return bool(getattr(statement, "_sort_by_parameter_order", False))
+
+
 def variant_for(type_: Any, dialect: str) -> Any:
     """The type ``type_.with_variant(..., dialect)`` gave for ``dialect``, else ``type_``.
 

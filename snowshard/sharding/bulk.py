@@ -17,7 +17,12 @@ from sqlalchemy.engine import Result
 from sqlalchemy.orm import ORMExecuteState
 from sqlalchemy.sql.elements import BindParameter
 
-from snowshard._compat import has_multi_values, insert_select_of
+from snowshard._compat import (
+    has_multi_values,
+    has_returning,
+    insert_select_of,
+    sorts_by_parameter_order,
+)
 from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.rewrite import Target, retarget
@@ -79,8 +84,9 @@ def merge_results(results: Sequence[Result[Any]]) -> Result[Any]:
 
 def _rows_by_shard(
     model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool
-) -> dict[int, list[dict[str, Any]]]:
-    grouped: dict[int, list[dict[str, Any]]] = {}
+) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    """Each shard's rows, each with its position among ``rows``."""
+    grouped: dict[int, list[tuple[int, dict[str, Any]]]] = {}
     for number, source in enumerate(rows):
         row = dict(source)
         what = f"row {number}"
@@ -95,7 +101,7 @@ def _rows_by_shard(
             assert key is not None  # issue_id raises without one
             row[key] = model.issue_id(row, what)
             shard = model.shard_of(key, row[key])
-        grouped.setdefault(shard, []).append(row)
+        grouped.setdefault(shard, []).append((number, row))
     return grouped
 
 
@@ -133,7 +139,8 @@ def run_bulk(
         )
     results = []
     session = state.session
-    for shard, group in grouped.items():
+    for shard, numbered in grouped.items():
+        group = [row for _, row in numbered]
         source = statement
         params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
         if isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
@@ -152,7 +159,37 @@ def run_bulk(
                     new, params, execution_options=options, bind_arguments={BIND_KEY: database}
                 )
             )
+    if len(results) > 1 and has_returning(statement):
+        numbers = [[number for number, _ in numbered] for numbered in grouped.values()]
+        return _in_parameter_order(statement, results, numbers)
     return merge_results(results)
+
+
+def _in_parameter_order(
+    statement: Any, results: Sequence[Result[Any]], numbers: Sequence[Sequence[int]]
+) -> Result[Any]:
+    """The RETURNING rows of the groups' ``results`` in the order of the rows given, as one
+    table returns them (each group's are in its rows' order: ``numbers``, their
+    positions). A group that returned fewer rows than it wrote (``ON CONFLICT DO
+    NOTHING``) cannot be matched to them: its rows follow group by group, unless the
+    statement asked for parameter order, which raises."""
+    frozen = [result.freeze() for result in results]
+    parts = [list(f().all()) for f in frozen]
+    if any(len(part) != len(group) for part, group in zip(parts, numbers)):
+        if sorts_by_parameter_order(statement):
+            raise UnsupportedShardQuery(
+                "RETURNING with sort_by_parameter_order=True across shards: some rows "
+                "returned nothing (ON CONFLICT DO NOTHING?), so the rows returned cannot be "
+                "matched to the rows given; the rows were written in this transaction (roll "
+                "back to undo them); insert the rows of one shard at a time, or return the "
+                "keys and match rows by them"
+            )
+        return frozen[0].with_new_rows([row for part in parts for row in part])()
+    placed: list[Any] = [None] * sum(len(group) for group in numbers)
+    for part, group in zip(parts, numbers):
+        for row, number in zip(part, group):
+            placed[number] = row
+    return frozen[0].with_new_rows(placed)()
 
 
 def _literal_values(statement: Any) -> dict[str, Any]:

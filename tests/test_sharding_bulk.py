@@ -1,0 +1,88 @@
+"""INSERT of many rows over shards: RETURNING rows in the order of the rows given, as one
+table returns them, checked against the unsharded twin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy
+from sqlalchemy import insert
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from snowshard.sharding import UnsupportedShardQuery
+from tests.shop_setup import USERS, Setup
+
+ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *reversed(USERS)])]
+"""Rows of every user twice, so that each table's rows are interleaved with others'."""
+
+SORTED_RETURNING = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3]) >= (2, 0, 10)
+"""Whether ``returning(sort_by_parameter_order=True)`` exists (new in SQLAlchemy 2.0.10)."""
+
+
+def _given() -> list[tuple[int, int]]:
+    return [(row["user_id"], row["amount"]) for row in ROWS]
+
+
+def test_returning_rows_follow_the_rows_given(shop: Setup) -> None:
+    """RETURNING of rows written to several tables and databases comes back in the order of
+    the rows given, as the twin's does."""
+    s = shop.schema
+    with shop.session() as session:
+        got = session.execute(insert(s.Order).returning(s.Order.user_id, s.Order.amount), ROWS)
+        twin = session.execute(
+            insert(s.OrderTwin).returning(s.OrderTwin.user_id, s.OrderTwin.amount),
+            [{"id": 10**6 + n, **row} for n, row in enumerate(ROWS)],
+        )
+        assert [tuple(r) for r in got] == [tuple(r) for r in twin] == _given()
+        session.rollback()
+
+
+def test_returning_objects_follow_the_rows_given(shop: Setup) -> None:
+    """RETURNING of whole objects gives each row's object at the row's position."""
+    s = shop.schema
+    with shop.session() as session:
+        objects = session.scalars(insert(s.Order).returning(s.Order), ROWS).all()
+        assert [(o.user_id, o.amount) for o in objects] == _given()
+        assert len({type(o) for o in objects}) > 1  # written to several tables
+        session.rollback()
+
+
+@pytest.mark.skipif(not SORTED_RETURNING, reason="sort_by_parameter_order is new in 2.0.10")
+def test_sort_by_parameter_order_holds_across_shards(shop: Setup) -> None:
+    """returning(..., sort_by_parameter_order=True) pairs each returned ID with its row."""
+    s = shop.schema
+    with shop.session() as session:
+        statement = insert(s.Order).returning(
+            s.Order.id, s.Order.user_id, s.Order.amount, sort_by_parameter_order=True
+        )
+        returned = session.execute(statement, ROWS).all()
+        assert [(r.user_id, r.amount) for r in returned] == _given()
+        session.expunge_all()
+        stored = [session.get(s.Order, r.id) for r in returned]
+        assert [(o.user_id, o.amount) for o in stored] == _given()  # each ID is its row's
+        session.rollback()
+
+
+def _ignoring(backend: str, model: Any) -> Any:
+    """An INSERT that skips rows whose ID exists, in ``backend``'s dialect."""
+    if backend.startswith("mysql"):
+        return mysql.insert(model).prefix_with("IGNORE")
+    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
+    return dialect_insert(model).on_conflict_do_nothing()
+
+
+@pytest.mark.skipif(not SORTED_RETURNING, reason="sort_by_parameter_order is new in 2.0.10")
+def test_parameter_order_with_skipped_rows_is_refused(shop: Setup) -> None:
+    """When a skipped row returns nothing, rows returned by several tables cannot be paired
+    with the rows given: with sort_by_parameter_order=True that raises, naming the way out."""
+    s = shop.schema
+    with shop.session() as session:
+        taken = session.scalars(insert(s.Order).returning(s.Order), ROWS[:1]).one()
+        rows = [{"id": taken.id, "user_id": taken.user_id, "amount": 1}, *ROWS[1:]]
+        statement = _ignoring(shop.name, s.Order).returning(
+            s.Order.user_id, sort_by_parameter_order=True
+        )
+        with pytest.raises(UnsupportedShardQuery, match="cannot be matched"):
+            session.execute(statement, rows)
+        session.rollback()
