@@ -261,6 +261,12 @@ def _derived(o: Any) -> Any:
     return select(o.status, o.amount, o.user_id).where(o.amount > 3).subquery()
 
 
+def _numbered(o: Any) -> Any:
+    """Orders numbered newest first within each user, as a derived table."""
+    number = func.row_number().over(partition_by=o.user_id, order_by=o.id.desc())
+    return select(o.id, o.amount, o.user_id, number.label("n")).subquery()
+
+
 _ROW_WISE = {
     "count(*) of a subquery": lambda o: select(func.count()).select_from(_derived(o)),
     "count(*) of whole entities": lambda o: select(func.count()).select_from(select(o).subquery()),
@@ -280,13 +286,21 @@ _ROW_WISE = {
     "DISTINCT of whole entities": lambda o: select(func.count()).select_from(
         select(o).distinct().subquery()
     ),
+    "each user's latest order (a window by the shard key)": lambda o: (
+        lambda d: select(d.c.id, d.c.amount, d.c.user_id).where(d.c.n == 1)
+    )(_numbered(o)),
+    "a running sum by the shard key": lambda o: (
+        lambda d: select(d.c.user_id, func.max(d.c.running)).group_by(d.c.user_id)
+    )(select(o.user_id, func.sum(o.amount).over(partition_by=o.user_id, order_by=o.id)
+             .label("running")).subquery()),  # fmt: skip
 }
 
 
 @pytest.mark.parametrize("name", list(_ROW_WISE))
 def test_a_row_wise_derived_table_merges_as_the_model(shop: Setup, name: str) -> None:
     """A derived table or CTE that is a query's whole FROM, without LIMIT, GROUP BY or
-    aggregates, and DISTINCT only over a shard key (equal rows then live in one shard),
+    aggregates, with windows and DISTINCT only over a shard key (their rows live in one
+    shard),
     holds each source's share of the rows: the query over it (the count idiom
     select(func.count()).select_from(stmt.subquery()) included) equals one table's."""
     got, twin = _both(shop, _ROW_WISE[name])
@@ -305,6 +319,10 @@ _NOT_ROW_WISE = {
     "a window": lambda o: select(func.count()).select_from(
         select(o.id, func.row_number().over(order_by=o.id).label("n")).subquery()
     ),
+    "a window by another column": lambda o: (lambda d: select(d.c.id).where(d.c.n == 1))(
+        select(o.id, func.row_number().over(partition_by=o.status, order_by=o.id).label("n"))
+        .subquery()
+    ),
     "joined with the model": lambda o: (lambda d: select(func.count()).select_from(o)
                                         .join(d, d.c.user_id == o.user_id))(_derived(o)),  # fmt: skip
 }
@@ -312,9 +330,10 @@ _NOT_ROW_WISE = {
 
 @pytest.mark.parametrize("name", list(_NOT_ROW_WISE))
 def test_a_derived_table_that_is_not_row_wise_is_refused(shop: Setup, name: str) -> None:
-    """A derived table with LIMIT, DISTINCT, GROUP BY or a window gives a per-source
-    answer (a count of each source's top 5), and one joined beside the model is not the
-    query's whole FROM: refused before any SQL, naming what to leave out."""
+    """A derived table with LIMIT, DISTINCT, GROUP BY or a window not by the shard key
+    gives a per-source answer (a count of each source's top 5), and one joined beside the
+    model is not the query's whole FROM: refused before any SQL, naming what to leave
+    out."""
     _refused(shop, _NOT_ROW_WISE[name], "derived table")
 
 

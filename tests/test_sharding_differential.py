@@ -447,9 +447,13 @@ def _items_joined(draw: Any) -> Case:
 
 def _derived(draw: Any) -> Case:
     """A query over a derived table (or CTE) of orders: a count, a grouped sum or ordered
-    rows, the derived SELECT plain, with DISTINCT over columns with or without a shard key
-    (merged or refused), or with LIMIT or GROUP BY (refused)."""
-    inner_kind = draw(st.sampled_from(["plain", "plain", "cte", "limit", "distinct", "grouped"]))
+    rows, the derived SELECT plain, with DISTINCT over columns or a window partitioned by
+    columns with or without a shard key (merged or refused), or with LIMIT or GROUP BY
+    (refused)."""
+    inner_kind = draw(
+        st.sampled_from(["plain", "plain", "cte", "limit", "distinct", "grouped", "window"])
+    )
+    by = draw(st.sampled_from(["user_id", "status"]))
     outer = draw(st.sampled_from(["count", "grouped", "rows"]))
     keys = draw(st.sampled_from([(), ("user_id",), ("id",), ("user_id", "id")]))
     if inner_kind == "distinct" and "id" not in keys and outer == "rows":
@@ -463,6 +467,10 @@ def _derived(draw: Any) -> Case:
             inner = inner.order_by(m.id).limit(5)
         elif inner_kind == "distinct":
             inner = select(m.status, m.amount, *[getattr(m, k) for k in keys]).distinct()
+            inner = inner.where(*[f(m) for f in filters])
+        elif inner_kind == "window":  # a running sum by the shard key (merged) or not
+            running = func.sum(m.amount).over(partition_by=getattr(m, by), order_by=m.id)
+            inner = select(m.status, running.label("amount"), m.user_id, m.id)
             inner = inner.where(*[f(m) for f in filters])
         elif inner_kind == "grouped":
             inner = select(

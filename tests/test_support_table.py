@@ -363,6 +363,19 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
         ),
         Example(
+            "merged",
+            lambda w: (lambda d: select(d.c.id, d.c.user_id).where(d.c.n == 1).order_by(d.c.id))(
+                select(
+                    w.Order.id,
+                    w.Order.user_id,
+                    func.row_number()
+                    .over(partition_by=w.Order.user_id, order_by=w.Order.id.desc())
+                    .label("n"),
+                ).subquery()
+            ),
+            ordered=True,
+        ),
+        Example(
             "refused",
             lambda w: select(func.count()).select_from(select(w.Order.id).limit(5).subquery()),
         ),

@@ -21,8 +21,9 @@ Rules that hold in every way of running:
   tables of the source it runs in. It is exact over the UNION ALL of all tables, or when
   it is correlated with the outer query on the shard key (``Item.user_id ==
   Order.user_id`` of models sharded alike), or when it is a derived table or CTE that is
-  the whole FROM list of its query and row-wise (no LIMIT, GROUP BY, aggregate or window
-  function, DISTINCT only over columns that include a shard key: each source then holds
+  the whole FROM list of its query and row-wise (no LIMIT, GROUP BY or aggregate, window
+  functions only partitioned by a shard key, DISTINCT only over columns that include a
+  shard key: each source then holds
   its share of the rows, as of the model's, so ``select(func.count()).select_from(
   stmt.subquery())`` and ``Query.count()`` merge); otherwise it is refused;
 * two sharded models read together (joined, or one in a subquery correlated with the
@@ -280,8 +281,9 @@ def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
 def _row_wise(select: Any, *, tested: bool = False) -> bool:
     """Whether each source's rows of ``select`` are its share of the rows one table would
     give: each row comes from one row of its FROM list alone (no LIMIT, OFFSET, GROUP BY,
-    HAVING, aggregate or window function, no SQL beside the clauses: a prefix, suffix or
-    syntax extension), and DISTINCT only over a shard key (:func:`_distinct_by_key`).
+    HAVING or aggregate, a window function only partitioned by a shard key, no SQL beside
+    the clauses: a prefix, suffix or syntax extension), and DISTINCT only over a shard key
+    (:func:`_distinct_by_key`).
 
     ``tested``: ``select`` is what an EXISTS tests, which asks only whether a row is
     there: a LIMIT or DISTINCT keeps one if any (an OFFSET does not)."""
@@ -299,12 +301,30 @@ def _row_wise(select: Any, *, tested: bool = False) -> bool:
         return False
     if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
         return False
-    for column in select.selected_columns:
-        for item in walk(column):
-            if isinstance(item, (Over, FunctionFilter, WithinGroup)):
+    return all(_per_row(column) for column in select.selected_columns)
+
+
+def _per_row(column: Any) -> bool:
+    """Whether ``column`` is computed from its row alone (known per-row functions), or by a
+    window partitioned by a shard key (each partition's rows live in one table), whose
+    arguments, PARTITION BY and ORDER BY are per row in turn."""
+    stack = [column]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, SelectBase) and item is not column:
+            continue  # a subquery in a column: check_nested
+        if isinstance(item, Over):
+            if not window_partitions_by_key(item, ()):
                 return False
-            if isinstance(item, FunctionElement) and function_kind(item) != "row":
-                return False
+            stack.extend(c for c in item.get_children() if c is not item.element)
+            stack.extend(item.element.get_children())  # the window function's arguments
+            continue
+        if isinstance(item, (FunctionFilter, WithinGroup)):
+            return False
+        if isinstance(item, FunctionElement) and function_kind(item) != "row":
+            return False
+        if not isinstance(item, Table):
+            stack.extend(item.get_children())
     return True
 
 
@@ -421,8 +441,9 @@ def check_nested(statement: Any, whole: bool) -> None:
             f"shard (e.g. an average of one shard). Correlate it on the shard key "
             f"(... WHERE inner.user_id == outer.user_id), run the subquery first and "
             f"pass its result as a value or a list, or (for a derived table or CTE that "
-            f"is a query's whole FROM) leave LIMIT, GROUP BY, aggregates and window "
-            f"functions out of it, and DISTINCT unless its columns include the shard key"
+            f"is a query's whole FROM) leave LIMIT, GROUP BY and aggregates out of it, "
+            f"partition its window functions by the shard key, and keep DISTINCT to "
+            f"columns that include the shard key"
         )
 
 

@@ -629,9 +629,9 @@ class MergePlan:
     def flag_single_entity(self, result: Result[Any], tuples: bool) -> Result[Any]:
         """The merged ``result``, flagged as a result of one ORM entity when the statement
         selects one (:attr:`single_entity`) and its ``Query`` did not ask for rows
-        (``tuples``: ``only_return_tuples(True)``): the legacy ``Query`` then hands out objects, as
-        for one table. The sources' results lack the flag when helper columns follow the
-        entity."""
+        (``tuples``: ``only_return_tuples(True)``): the legacy ``Query`` then hands out
+        objects, as for one table. The sources' results lack the flag when helper columns
+        follow the entity."""
         return as_single_entity(result) if self.single_entity and not tuples else result
 
     def merge(self, results: Sequence[Result[Any]], rank: Ranker | None = None) -> Result[Any]:
