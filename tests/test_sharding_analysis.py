@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Integer, and_, cast, exists, func, select
+from sqlalchemy import Integer, and_, cast, exists, func, or_, select
 
 from snowshard.orm import id_time
 from snowshard.sharding import UnsupportedShardQuery
@@ -355,6 +355,67 @@ def test_distinct_over_an_outer_joined_key_is_refused(shop: Setup) -> None:
     assert shop.sent == []
     got, twin = _joined(shop, lambda o, i: _item_users(o, i, outer=False))
     assert got == twin and twin
+
+
+# --------------------------------------------------------------------------- key IN (SELECT key)
+
+
+def _big(i: Any) -> Any:
+    """The users of more than one item of quantity 5 (half of them)."""
+    return select(i.user_id).where(i.qty == 5).group_by(i.user_id).having(func.count() > 1)
+
+
+_KEYED_IN = {
+    "orders of users with such items": lambda o, i: select(o.id).where(o.user_id.in_(_big(i))),
+    "the same model": lambda o, i: select(o.id, o.amount).where(
+        o.user_id.in_(select(o.user_id).where(o.amount > 10))
+    ),
+    "filtered only": lambda o, i: select(o.id).where(
+        o.user_id.in_(select(i.user_id).where(i.qty == 5, i.order_id % 3 == 0))
+    ),
+    "counted": lambda o, i: select(func.count()).select_from(o).where(o.user_id.in_(_big(i))),
+    "in an OR": lambda o, i: select(o.id).where(or_(o.amount > 11, o.user_id.in_(_big(i)))),
+    "as a column": lambda o, i: select(o.id, o.user_id.in_(_big(i)).label("big")),
+    "ordered and limited": lambda o, i: select(o.id)
+    .where(o.user_id.in_(_big(i)))
+    .order_by(o.id.desc())
+    .limit(5),
+}
+
+
+@pytest.mark.parametrize("name", list(_KEYED_IN))
+def test_key_in_a_select_of_keys_is_exact(shop: Setup, name: str) -> None:
+    """key IN (SELECT key of a model sharded alike ...) sees, for each outer row, every row
+    of its key (they live in the same table index): it equals one table's answer."""
+    got, twin = _joined(shop, _KEYED_IN[name])
+    assert got == twin and twin
+    with shop.session() as session:  # the subquery does filter: some users have no such item
+        s = shop.schema
+        users = set(session.scalars(_big(s.ItemTwin)))
+        assert 0 < len(users) < len(USERS)
+
+
+_UNKEYED_IN = {
+    "a column that is no key": lambda o, i: select(o.id).where(
+        o.id.in_(select(i.order_id).where(i.qty > 3))
+    ),
+    "a LIMIT": lambda o, i: select(o.id).where(o.user_id.in_(_big(i).limit(2))),
+    "groups of another column": lambda o, i: select(o.id).where(
+        o.user_id.in_(select(func.min(i.user_id)).group_by(i.qty))
+    ),
+    "NOT IN": lambda o, i: select(o.id).where(o.user_id.not_in(_big(i))),
+}
+
+
+@pytest.mark.parametrize("name", list(_UNKEYED_IN))
+def test_key_in_a_select_of_other_values_is_refused(shop: Setup, name: str) -> None:
+    """IN a subquery of a column that is no shard key, or limited, or grouped otherwise
+    (each source would see its own rows only), and NOT IN, are refused before any SQL."""
+    s = shop.schema
+    shop.sent.clear()
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="subquery"):
+        session.execute(_UNKEYED_IN[name](s.Order, s.Item))
+    assert shop.sent == []
 
 
 # --------------------------------------------------------------------------- EXISTS

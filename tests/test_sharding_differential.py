@@ -221,8 +221,12 @@ def _grouped(draw: Any) -> Case:
 
 
 def _nested(draw: Any) -> Case:
-    kind = draw(st.sampled_from(["scalar", "exists_item", "in_notes", "exists_notes", "join"]))
+    kinds = ["scalar", "exists_item", "in_notes", "exists_notes", "join", "in_keys"]
+    kind = draw(st.sampled_from(kinds))
     filters = _where(draw, None)
+    # key IN (SELECT key ...): exact when grouped, if at all, by the key; refused otherwise
+    grouped = draw(st.sampled_from([None, "user_id", "qty"]))
+    negated = draw(st.booleans())
 
     def build(w: Models) -> Any:
         m, i, note = w.Order, w.Item, w.Note
@@ -236,6 +240,13 @@ def _nested(draw: Any) -> Case:
             return statement.where(m.user_id.in_(select(note.id)))
         if kind == "exists_notes":
             return statement.where(exists(select(note.id).where(note.label == "u3")))
+        if kind == "in_keys":
+            keys = select(i.user_id if grouped != "qty" else func.min(i.user_id))
+            keys = keys.where(i.qty >= 4)
+            if grouped is not None:
+                keys = keys.group_by(getattr(i, grouped)).having(func.count() > 1)
+            test = m.user_id.not_in(keys) if negated else m.user_id.in_(keys)
+            return statement.where(test)
         return (
             select(m.id, i.qty)
             .join(i, and_(i.user_id == m.user_id, i.order_id == m.id))

@@ -328,7 +328,15 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("exact", lambda w: select(w.Order.id, func.count().over()), whole=True),
         Example("refused", lambda w: select(w.Order.id, func.count().over())),
     ],
-    "subquery, EXISTS or CTE on a sharded model correlated on the shard key with a model sharded alike": [
+    "subquery, EXISTS or CTE on a sharded model correlated on the shard key with a model "
+    "sharded alike, or `key IN (SELECT key ...)` of such a model "
+    "(`Order.user_id.in_(select(Item.user_id).where(...))`)": [
+        Example(
+            "exact",
+            lambda w: select(w.Order.id).where(
+                w.Order.user_id.in_(select(w.Item.user_id).where(w.Item.qty > 3))
+            ),
+        ),
         Example(
             "exact",
             lambda w: select(w.Order.id).where(

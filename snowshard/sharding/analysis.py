@@ -405,6 +405,45 @@ def _derived_tables(statement: Any) -> set[int]:
     return found
 
 
+def _keyed_in_selects(statement: Any) -> set[int]:
+    """The SELECTs (by ``id``) of ``key IN (SELECT other_key ...)`` in ``statement`` that
+    read, for each key, all of its rows: ``key`` a shard key, the SELECT's one column a
+    shard key of a model sharded alike (its rows of a key value live in that value's
+    table, the one the outer row is read from), with no LIMIT, OFFSET, outer join or SQL
+    beside the clauses, and grouped, if at all, by a shard key. ``Order.user_id.in_(
+    select(Item.user_id).where(...))`` is then what one table answers, row by row."""
+    found: set[int] = set()
+    for item in walk(statement, nested=True):
+        if not isinstance(item, BinaryExpression) or item.operator is not operators.in_op:
+            continue
+        outer, inner = _key_of(item.left), getattr(item.right, "element", None)
+        if outer is None or not isinstance(inner, Select) or len(inner.selected_columns) != 1:
+            continue
+        selected = _key_of(inner.selected_columns[0])
+        if selected is not None and selected[0].binds_with(outer[0]) and _keeps_keys(inner):
+            found.add(id(inner))
+    return found
+
+
+def _keeps_keys(select: Any) -> bool:
+    """Whether each shard key value ``select`` returns, it returns from that key's rows
+    alone (:func:`_keyed_in_selects`)."""
+    try:
+        limit, offset = limit_offset_of(select)
+    except CompileError:
+        return False
+    if limit is not None or offset or fetch_clause_of(select) is not None:
+        return False
+    if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
+        return False
+    if any(j.isouter or j.full for j in _joins(select)):
+        return False
+    groups = group_by_of(select)
+    if groups:
+        return any(_key_of(group) is not None for group in groups)
+    return having_of(select) is None
+
+
 def _unaliased(from_: Any) -> Any:
     """A derived table under the aliases wrapping it (``Query.count()`` selects from an
     anonymous alias of its query's subquery): one derived table in SQL."""
@@ -423,13 +462,13 @@ def check_nested(statement: Any, whole: bool) -> None:
         return
     # the outer FROM tables: found only when a subquery needs them
     enclosing: set[Any] | None = None
-    derived: set[int] | None = None
+    exact: set[int] = set()
     for select in _nested_selects(statement):
         if enclosing is None:
             enclosing = _from_tables(statement)
-            derived = _derived_tables(statement)
+            exact = _derived_tables(statement) | _keyed_in_selects(statement)
         models = _own_models(select, enclosing)
-        if not models or _correlated_on_key(select) or id(select) in (derived or ()):
+        if not models or _correlated_on_key(select) or id(select) in exact:
             continue
         names = ", ".join(m.name for m in models)
         if any(len(m.spec.databases) > 1 for m in models):
