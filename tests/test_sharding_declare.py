@@ -7,7 +7,15 @@ from typing import Any, Optional
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import BigInteger, ForeignKey, Index, String
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.ext.hybrid import hybrid_property
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    column_property,
+    declared_attr,
+    mapped_column,
+    query_expression,
+)
 
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
@@ -45,6 +53,7 @@ def declare(
             "id": Mapped[int],
             "user_id": Mapped[int],
             "note": Mapped[Optional[str]],
+            **({"memo": Mapped[Optional[str]]} if "memo" in (extra or {}) else {}),
         },
         "id": snowflake_pk(IDS, gene_from="user_id"),
         "user_id": mapped_column(BigInteger, ForeignKey("users.id"), index=True),
@@ -157,6 +166,32 @@ def test_bad_shards_arguments_are_refused_when_built(
     """Shards(...) checks its own arguments at once, before any model uses it."""
     with pytest.raises(error, match=message):
         Shards(**{"count": 4, "key": "user_id", **arguments})
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        declared_attr(lambda cls: column_property(cls.note + "!")),
+        query_expression(),
+    ],
+    ids=["column_property", "query_expression"],
+)
+def test_sql_expression_properties_are_refused(prop: Any) -> None:
+    """A column_property() or query_expression() would name the logical table in SQL (or
+    read an old unsharded table of that name): refused at class creation, naming the
+    attribute and the hybrid_property way out."""
+    with pytest.raises(ShardConfigError, match="Order.extra: .*hybrid_property"):
+        declare(Shards(4, key="user_id"), extra={"extra": prop})
+
+
+def test_deferred_columns_and_hybrids_are_accepted() -> None:
+    """Deferred columns are columns of the table, hybrids are Python: both are declared."""
+    note = hybrid_property(lambda self: self.note)
+    _, order = declare(
+        Shards(4, key="user_id"),
+        extra={"memo": mapped_column(String(20), deferred=True), "shown": note},
+    )
+    assert "memo" in sa.inspect(order).column_attrs and "shown" in sa.inspect(order).all_orm_descriptors
 
 
 def test_missing_declaration_is_an_error() -> None:

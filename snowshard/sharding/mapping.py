@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, inspect
+from sqlalchemy import Column, Table, inspect
 from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
 
@@ -96,6 +96,24 @@ def _check_columns(cls: type, table: Table, keys: tuple[str, ...]) -> None:
         raise ShardConfigError(f"{cls.__name__}: the column name {DISCRIMINATOR!r} is reserved")
 
 
+def _check_column_properties(cls: type, mapper: Any, table: Table) -> None:
+    """Refuse a ``column_property()`` (or ``query_expression()``) that is not a column of
+    ``table``: its SQL names the logical table, which no database holds (or, where an
+    old unsharded table of that name remains, silently reads it)."""
+    # Mapper.columns, filled when the mapper is built (column_attrs would configure every
+    # mapper of the registry, while classes it names may not be declared yet)
+    for key, column in mapper.columns.items():
+        if isinstance(column, Column) and column.table is table:
+            continue
+        raise ShardConfigError(
+            f"{cls.__name__}.{key}: column_property() and query_expression() are not "
+            f"supported on a sharded model: their SQL would name the logical table "
+            f"{table.name!r}, which no database holds; use a hybrid_property (Python on "
+            f"the object, SQL in queries), or select the expression in the query "
+            f"(select({cls.__name__}, expression.label({key!r})))"
+        )
+
+
 def _check_keys(model: ShardedModel) -> None:
     name = model.name
     if len(model.keys) == 1:
@@ -155,6 +173,7 @@ def map_shards(
         {key: tuple(indices) for key, indices in declaration.databases.items()},
     )
     _check_columns(cls, table, declaration.keys)
+    _check_column_properties(cls, mapper, table)
     strategy = _strategy(cls, declaration.count, declaration.strategy)
     timeline = _timeline(cls, table, declaration, (spec, strategy))
     model = ShardedModel(
