@@ -10,7 +10,7 @@ go.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy
@@ -212,6 +212,22 @@ def has_options(statement: Any) -> bool:
 def has_multi_values(statement: Any) -> bool:
     """Whether an INSERT has ``.values([...])`` with several rows (``_multi_values``, all versions)."""
     return bool(statement._multi_values)
+
+
+def loader_strategies(statement: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """``(path, strategy)`` of each loader option of an ORM statement: the path as
+    ``(mapper, relationship, mapper, ...)``, ``()`` for a wildcard (``joinedload("*")``),
+    the strategy as a dict (``{"lazy": "joined"}``). ``_with_options``, ``Load.context``,
+    ``_LoadElement.path``/``strategy`` and ``_WildcardLoad.strategy``, all versions."""
+    for option in getattr(statement, "_with_options", ()):
+        elements = getattr(option, "context", None)
+        if elements is None:  # a wildcard: one strategy for every relationship
+            if getattr(option, "strategy", None):
+                yield (), dict(option.strategy)
+            continue
+        for element in elements:
+            if element.strategy:
+                yield tuple(element.path.path), dict(element.strategy)
 
 
 def has_returning(statement: Any) -> bool:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import (
     Mapped,
     declared_attr,
     foreign,
+    joinedload,
     mapped_column,
     relationship,
     selectinload,
@@ -42,6 +43,16 @@ class Customer(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     orders: Mapped[list[Order]] = relationship(
         primaryjoin="Customer.id == foreign(Order.user_id)", viewonly=True, order_by="Order.id"
+    )
+
+
+class Account(Base):
+    """An unsharded parent whose relationship to sharded orders is joined by default."""
+
+    __tablename__ = "accounts"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    orders: Mapped[list[Order]] = relationship(
+        primaryjoin="Account.id == foreign(Order.user_id)", viewonly=True, lazy="joined"
     )
 
 
@@ -164,6 +175,50 @@ def test_selectinload_splits_the_parents_per_shard(
     order_tables = [t for t in sql.tables() if t]
     assert all(len(t) == 1 for t in order_tables)
     assert set().union(*order_tables) == {f"orders_{_shard(i)}" for i in ids}
+
+
+_JOINED_FROM_UNSHARDED = {
+    "joinedload()": lambda: select(Customer).options(joinedload(Customer.orders)),
+    "joinedload('*')": lambda: select(Customer).options(joinedload("*")),
+    "lazy='joined'": lambda: select(Account),
+}
+
+
+@pytest.mark.parametrize("name", list(_JOINED_FROM_UNSHARDED))
+def test_joined_eager_load_from_an_unsharded_parent_is_refused(
+    shop: tuple[ShardedSession, SqlLog, list[int]], name: str
+) -> None:
+    """A joined eager load from an unsharded class would JOIN the logical orders table
+    (no database holds it; an old unsharded table of that name would be read): refused
+    before any SQL, naming selectinload."""
+    session, sql, _ = shop
+    with pytest.raises(UnsupportedShardQuery, match=r"selectinload\((Customer|Account)\.orders\)"):
+        session.execute(_JOINED_FROM_UNSHARDED[name]())
+    assert len(sql) == 0
+
+
+def test_selectinload_overrides_a_joined_default(
+    shop: tuple[ShardedSession, SqlLog, list[int]],
+) -> None:
+    """An Account whose orders are joined by default loads them with selectinload()."""
+    session, _, ids = shop
+    session.add_all(Account(id=i) for i in ids)
+    session.flush()
+    accounts = session.scalars(select(Account).options(selectinload(Account.orders))).all()
+    assert sorted(len(a.orders) for a in accounts) == [2] * 6
+    session.rollback()
+
+
+def test_joinedload_from_a_sharded_parent_joins_its_own_table(
+    shop: tuple[ShardedSession, SqlLog, list[int]],
+) -> None:
+    """joinedload(User.orders) and joinedload(Order.user), between sharded classes, are
+    joined per physical class and load every row."""
+    session, _, ids = shop
+    users = session.scalars(select(User).options(joinedload(User.orders))).unique().all()
+    assert sorted(len(u.orders) for u in users) == [2] * 6
+    orders = session.scalars(select(Order).options(joinedload(Order.user))).all()
+    assert sorted({o.user.id for o in orders}) == sorted(ids)
 
 
 def test_bundle_of_a_routed_read_names_only_its_table(

@@ -60,6 +60,7 @@ from snowshard.sharding.bulk import (
     writing_to,
 )
 from snowshard.sharding.collation import check_string_keys
+from snowshard.sharding.eager import check_eager_joins
 from snowshard.sharding.errors import (
     FanOutForbidden,
     InvalidShardHint,
@@ -187,6 +188,7 @@ def _models(statement: Any) -> list[ShardedModel]:
     memo = _memo_of(statement)
     found: list[ShardedModel] | None = memo.get("models")
     if found is None:
+        check_eager_joins(statement)  # once per shape, as the models are found
         found = memo["models"] = find_models(statement)
     return found
 
