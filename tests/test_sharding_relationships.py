@@ -12,6 +12,7 @@ from sqlalchemy.orm import (
     Bundle,
     DeclarativeBase,
     Mapped,
+    column_property,
     declared_attr,
     foreign,
     joinedload,
@@ -97,6 +98,18 @@ class Item(Sharded, Base):
     user_id: Mapped[int] = mapped_column(BigInteger)
     order_id: Mapped[int] = mapped_column(BigInteger)
     qty: Mapped[int] = mapped_column(Integer)
+
+
+class Shopper(Base):
+    """An unsharded class with a count of sharded orders loaded with each object."""
+
+    __tablename__ = "shoppers"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+
+    @declared_attr
+    def orders_count(cls) -> Mapped[int]:
+        count = select(func.count(Order.id)).where(Order.user_id == cls.id)
+        return column_property(count.correlate_except(Order).scalar_subquery())
 
 
 @pytest.fixture
@@ -194,6 +207,21 @@ def test_joined_eager_load_from_an_unsharded_parent_is_refused(
     session, sql, _ = shop
     with pytest.raises(UnsupportedShardQuery, match=r"selectinload\((Customer|Account)\.orders\)"):
         session.execute(_JOINED_FROM_UNSHARDED[name]())
+    assert len(sql) == 0
+
+
+@pytest.mark.parametrize("where", [False, True], ids=["selected", "filtered on"])
+def test_column_property_reading_a_sharded_model_is_refused(
+    shop: tuple[ShardedSession, SqlLog, list[int]], where: bool
+) -> None:
+    """A column_property of an unsharded class that counts sharded orders would name the
+    logical table: loading the class is refused before any SQL, naming the property."""
+    session, sql, _ = shop
+    statement = select(Shopper)
+    if where:
+        statement = statement.where(Shopper.orders_count > 0)
+    with pytest.raises(UnsupportedShardQuery, match="Shopper.orders_count .* reads the sharded Order"):
+        session.execute(statement)
     assert len(sql) == 0
 
 

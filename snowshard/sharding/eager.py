@@ -1,12 +1,17 @@
-"""Joined eager loads that would name a sharded model's logical table in SQL.
+"""What the ORM loads with each object that would name a sharded model's logical table.
 
-A ``joinedload()`` (or ``relationship(lazy="joined")``) from an unsharded class to a
-sharded model adds its JOIN when SQLAlchemy compiles the statement, after the statement
-was routed: the SQL would name the logical table, which no database holds (or, where an
-old unsharded table of that name remains, would read that table, silently). Such a load
-is refused before any SQL, with ``selectinload()`` as the way out: it reads the children
-by their parents' keys, shard by shard. A relationship of a sharded class is declared per
-physical class (``@declared_attr``) and joins its own table, so it is left alone.
+SQLAlchemy adds some SQL when it compiles an ORM statement, after the statement was
+routed, so nothing retargets it to physical tables; the SQL would name the logical table,
+which no database holds (or, where an old unsharded table of that name remains, would
+read that table, silently). Refused before any SQL:
+
+* a joined eager load (``joinedload()``, ``joinedload("*")``, ``lazy="joined"``) from an
+  unsharded class into a sharded model: ``selectinload()`` is the way out, reading the
+  children by their parents' keys, shard by shard. A relationship of a sharded class is
+  declared per physical class (``@declared_attr``) and joins its own table, so it stays;
+* a ``column_property()`` of a loaded class (selected, or joined eagerly) whose SQL reads
+  a sharded model (``select(func.count(Order.id))...scalar_subquery()``). On a sharded
+  class itself such properties are refused when it is declared.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from sqlalchemy import Column, Table
+
 from snowshard._compat import loader_strategies
+from snowshard.sharding.analysis import walk
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import model_of_table
 
@@ -59,10 +67,35 @@ def _joined_loads(statement: Any) -> Iterator[tuple[Any, Any]]:
                 yield mapper, prop
 
 
+def _reads_sharded(mapper: Any) -> Iterator[tuple[str, Any]]:
+    """``(attribute, model)`` of each SQL expression attribute of ``mapper`` (its
+    ``Mapper.columns`` that are no table's columns) reading a sharded model."""
+    for key, column in mapper.columns.items():
+        if isinstance(column, Column) and isinstance(column.table, Table):
+            continue
+        for item in walk(column, nested=True):
+            model = model_of_table(item) if isinstance(item, Table) else None
+            if model is not None:
+                yield key, model
+                break
+
+
 def check_eager_joins(statement: Any) -> None:
-    """Refuse a joined eager load from an unsharded class into a sharded model
-    (module docstring), before any SQL."""
-    for parent, prop in _joined_loads(statement):
+    """Refuse a joined eager load from an unsharded class into a sharded model, and a
+    column_property reading a sharded model on a class the statement loads (module
+    docstring), before any SQL."""
+    joined = list(_joined_loads(statement))
+    for mapper in [*_entity_mappers(statement), *(prop.mapper for _, prop in joined)]:
+        for key, model in _reads_sharded(mapper):
+            column = f"{model.name}.{model.keys[-1]}"
+            raise UnsupportedShardQuery(
+                f"{mapper.class_.__name__}.{key} is a SQL expression loaded with each object "
+                f"(column_property) that reads the sharded {model.name}: its SQL would name "
+                f"the logical table, which no database holds; query {model.name} for it "
+                f"instead (select({column}, func.count()).group_by({column}), say) and "
+                f"match the rows in Python, or load the rows with a relationship"
+            )
+    for parent, prop in joined:
         if _sharded(prop.mapper) and not _sharded(parent):
             name = f"{parent.class_.__name__}.{prop.key}"
             raise UnsupportedShardQuery(
