@@ -230,6 +230,22 @@ def loader_strategies(statement: Any) -> Iterator[tuple[tuple[Any, ...], dict[st
                 yield tuple(element.path.path), dict(element.strategy)
 
 
+def replacement_blocked(element: Any) -> bool:
+    """Whether SQLAlchemy's ``replacement_traverse`` leaves ``element`` and all it holds as
+    they are: the ``no_replacement_traverse`` annotation that relationship comparisons
+    (``.any()``, ``.has()``) put on their criteria (``_annotations``, all versions)."""
+    return "no_replacement_traverse" in getattr(element, "_annotations", ())
+
+
+def blocked_froms(select: Any) -> list[Any]:
+    """The FROM entries and correlation exceptions of a SELECT that ``replacement_traverse``
+    leaves as they are (:func:`replacement_blocked`): relationship comparisons put their
+    target's table there so marked (``_from_obj``, ``_correlate_except``, all versions;
+    ``get_children`` hands out unannotated copies)."""
+    parts = (*getattr(select, "_from_obj", ()), *(getattr(select, "_correlate_except", None) or ()))
+    return [part for part in parts if replacement_blocked(part)]
+
+
 def has_returning(statement: Any) -> bool:
     """Whether an INSERT/UPDATE/DELETE has RETURNING (``_returning``, all versions; the
     public ``returning_column_descriptions`` fails for an ORM entity in version 2.1)."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, and_, func, select
+from sqlalchemy import BigInteger, Integer, and_, exists, func, select
 from sqlalchemy.orm import (
     Bundle,
     DeclarativeBase,
@@ -223,6 +223,34 @@ def test_column_property_reading_a_sharded_model_is_refused(
     with pytest.raises(UnsupportedShardQuery, match="Shopper.orders_count .* reads the sharded Order"):
         session.execute(statement)
     assert len(sql) == 0
+
+
+_COMPARISONS = {
+    "User.orders.any(criteria)": lambda: select(User).where(User.orders.any(Order.amount > 5)),
+    "User.orders.any()": lambda: select(User).where(User.orders.any()),
+    "Order.user.has(criteria)": lambda: select(Order).where(Order.user.has(User.email == "x")),
+    "Customer.orders.any()": lambda: select(Customer).where(Customer.orders.any()),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPARISONS))
+def test_relationship_comparisons_are_refused(
+    shop: tuple[ShardedSession, SqlLog, list[int]], name: str
+) -> None:
+    """.any() and .has() of a relationship into a sharded model keep naming its logical
+    table (SQLAlchemy marks their SQL as not to be rewritten): refused before any SQL."""
+    session, sql, _ = shop
+    with pytest.raises(UnsupportedShardQuery, match="relationship comparison .* exists"):
+        session.execute(_COMPARISONS[name]())
+    assert len(sql) == 0
+
+
+def test_explicit_exists_replaces_any(shop: tuple[ShardedSession, SqlLog, list[int]]) -> None:
+    """The EXISTS the refusal suggests, correlated on the shard key, finds the users with
+    an order above 5 (all but the first, whose amounts are 0 and 1)."""
+    session, _, ids = shop
+    big = exists().where(Order.user_id == User.id, Order.amount > 5)
+    assert sorted(session.scalars(select(User.id).where(big))) == sorted(ids[1:])
 
 
 def test_selectinload_overrides_a_joined_default(

@@ -58,9 +58,19 @@ from sqlalchemy.sql.elements import (
     WithinGroup,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import CTE, Alias, Exists, Join, Select, SelectBase, Subquery
+from sqlalchemy.sql.selectable import (
+    CTE,
+    Alias,
+    Exists,
+    Join,
+    Select,
+    SelectBase,
+    SelectStatementGrouping,
+    Subquery,
+)
 
 from snowshard._compat import (
+    blocked_froms,
     deannotated,
     distinct_of,
     distinct_on_of,
@@ -70,6 +80,7 @@ from snowshard._compat import (
     having_of,
     limit_offset_of,
     prefixes_of,
+    replacement_blocked,
     suffixes_of,
     syntax_extensions_of,
 )
@@ -464,6 +475,8 @@ def check_nested(statement: Any, whole: bool) -> None:
     enclosing: set[Any] | None = None
     exact: set[int] = set()
     for select in _nested_selects(statement):
+        if isinstance(select, SelectStatementGrouping):
+            continue  # the parentheses of a SELECT (2.0's exists()): the SELECT is next
         if enclosing is None:
             enclosing = _from_tables(statement)
             exact = _derived_tables(statement) | _keyed_in_selects(statement)
@@ -512,6 +525,28 @@ def check_outer_joins(statement: Any) -> None:
                     "from the sharded model instead (select_from(Order).outerjoin(Status, ...)), "
                     "route the query to one shard, or query the table separately"
                 )
+
+
+def check_comparisons(statement: Any) -> None:
+    """Refuse a relationship comparison (``Customer.orders.any(...)``, ``Order.user.has(
+    ...)``) that reads a sharded model: SQLAlchemy marks its criteria as not to be
+    rewritten, so they would keep naming the logical table, which no database holds."""
+    for item in walk(statement, nested=True):
+        blocked = [item] if replacement_blocked(item) else []
+        if isinstance(item, Select):
+            blocked.extend(blocked_froms(item))
+        for part in blocked:
+            tables = [t.table if isinstance(t, ColumnClause) else t for t in walk(part, nested=True)]
+            models = {m.name for m in map(model_of_table, tables) if m is not None}
+            if not models:
+                continue
+            raise UnsupportedShardQuery(
+                f"a relationship comparison (.any(), .has()) reading "
+                f"{', '.join(sorted(models))} is not supported: SQLAlchemy marks its SQL "
+                f"({describe(part)}) as not to be rewritten, so it would name the logical "
+                f"table, which no database holds; write the EXISTS with explicit "
+                f"conditions, e.g. exists().where(Order.user_id == User.id, ...)"
+            )
 
 
 def check_aliases(statement: Any) -> None:

@@ -47,6 +47,7 @@ from snowshard._compat import (
 )
 from snowshard.sharding.analysis import (
     check_aliases,
+    check_comparisons,
     check_joined_on_keys,
     check_nested,
     check_outer_joins,
@@ -395,6 +396,7 @@ def check_models(statement: Any, models: Sequence[ShardedModel]) -> None:
     otherwise than on their shard keys."""
     _check_joins(statement)
     check_aliases(statement)
+    check_comparisons(statement)
     lead = models[0]
     for other in models[1:]:
         if not lead.binds_with(other):
