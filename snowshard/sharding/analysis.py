@@ -91,12 +91,14 @@ __all__ = [
     "AGGREGATES",
     "ROW_FUNCTIONS",
     "check_aliases",
+    "check_comparisons",
     "check_joined_on_keys",
     "check_nested",
     "check_outer_joins",
     "describe",
     "exists_selects",
     "function_kind",
+    "models_named",
     "unsharded_tables",
     "walk",
 ]
@@ -168,6 +170,18 @@ def _models_in(element: Any) -> list[ShardedModel]:
             model = model_of_table(item)
             if model is not None and model not in found:
                 found.append(model)
+    return found
+
+
+def models_named(element: Any) -> list[ShardedModel]:
+    """The sharded models whose logical tables ``element`` names anywhere: in a FROM list
+    or through a column (a subquery whose FROM list SQLAlchemy derives from its columns)."""
+    found: list[ShardedModel] = []
+    for item in walk(element, nested=True):
+        table = item.table if isinstance(item, ColumnClause) else item
+        model = model_of_table(table) if isinstance(table, Table) else None
+        if model is not None and model not in found:
+            found.append(model)
     return found
 
 
@@ -536,13 +550,12 @@ def check_comparisons(statement: Any) -> None:
         if isinstance(item, Select):
             blocked.extend(blocked_froms(item))
         for part in blocked:
-            tables = [t.table if isinstance(t, ColumnClause) else t for t in walk(part, nested=True)]
-            models = {m.name for m in map(model_of_table, tables) if m is not None}
+            models = models_named(part)
             if not models:
                 continue
             raise UnsupportedShardQuery(
                 f"a relationship comparison (.any(), .has()) reading "
-                f"{', '.join(sorted(models))} is not supported: SQLAlchemy marks its SQL "
+                f"{', '.join(m.name for m in models)} is not supported: SQLAlchemy marks its SQL "
                 f"({describe(part)}) as not to be rewritten, so it would name the logical "
                 f"table, which no database holds; write the EXISTS with explicit "
                 f"conditions, e.g. exists().where(Order.user_id == User.id, ...)"

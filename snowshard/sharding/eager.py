@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Column, Table
 
 from snowshard._compat import loader_strategies
-from snowshard.sharding.analysis import walk
+from snowshard.sharding.analysis import models_named
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import model_of_table
 
@@ -73,11 +73,8 @@ def _reads_sharded(mapper: Any) -> Iterator[tuple[str, Any]]:
     for key, column in mapper.columns.items():
         if isinstance(column, Column) and isinstance(column.table, Table):
             continue
-        for item in walk(column, nested=True):
-            model = model_of_table(item) if isinstance(item, Table) else None
-            if model is not None:
-                yield key, model
-                break
+        for model in models_named(column)[:1]:
+            yield key, model
 
 
 def check_eager_joins(statement: Any) -> None:
