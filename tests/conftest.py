@@ -78,6 +78,8 @@ def sql_log() -> Iterator[SqlLog]:
         yield log
     finally:
         log.close()
+    # a sharded session never names a logical table in SQL (no database holds one)
+    assert not log.logical, f"SQL naming a logical table was sent: {log.logical[:3]}"
 
 
 @pytest.fixture

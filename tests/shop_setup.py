@@ -24,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from snowshard import Layout, Snowflake
 from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
 from tests.backends import DatabaseFactory
-from tests.worlds import binary_string
+from tests.worlds import binary_string, logical_tables
 
 __all__ = ["IDS", "STATUSES", "USERS", "Schema", "Setup", "build_setup", "rows_of", "sort_rows"]
 
@@ -121,14 +121,21 @@ def build_setup(
         bind = engines[0]
         databases = dict(zip(spread, engines[1:])) if count == 2 else {}
         sent: list[str] = []
+        logical: list[str] = []
+
+        def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+            sent.append(statement)
+            if logical_tables(rest[1]):  # rest: parameters, context, executemany
+                logical.append(statement)
+
         for engine in engines:
-            sa.event.listen(
-                engine, "before_cursor_execute", lambda *a: sent.append(a[2]), named=False
-            )
+            sa.event.listen(engine, "before_cursor_execute", record)
         create_all(schema.base.metadata, bind=bind, databases=databases)
         setup = Setup(f"{backend}-{count}", schema, bind, databases, sent)
         _fill(setup)
         yield setup
+        # a sharded session never names a logical table in SQL (no database holds one)
+        assert not logical, f"SQL naming a logical table was sent: {logical[:3]}"
     finally:
         factory.cleanup()
 

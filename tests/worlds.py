@@ -39,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy import BigInteger, Integer, String, event, insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
 from snowshard import Layout, Snowflake
@@ -53,6 +54,7 @@ from snowshard.sharding import (
     sharded_model,
     tables_by_database,
 )
+from snowshard.sharding.model import MODEL_INFO
 from snowshard.spec import DEFAULT_DATABASE, ShardInfo
 from tests.backends import DatabaseFactory
 
@@ -65,6 +67,7 @@ __all__ = [
     "REFERENCE_STATUSES",
     "SHARD_INFO",
     "binary_string",
+    "logical_tables",
     "STATUSES",
     "TWIN_USERS",
     "Models",
@@ -134,6 +137,20 @@ class Sent:
         return self.statement.lstrip().split(None, 1)[0].upper()
 
 
+def logical_tables(context: Any) -> frozenset[str]:
+    """The logical tables of sharded models (which no database holds) that the statement
+    an execution context compiled names, through its FROM lists or its columns: a
+    sharded session must never send one (an old unsharded table of that name would be
+    read silently)."""
+    compiled = getattr(context, "compiled", None)
+    if compiled is None:
+        return frozenset()
+    state = getattr(compiled, "compile_state", None)
+    statement = state.statement if state is not None else compiled.statement
+    named = (e.table if isinstance(e, ColumnClause) else e for e in iterate(statement))
+    return frozenset(t.name for t in named if isinstance(t, sa.Table) and MODEL_INFO in t.info)
+
+
 def _named_tables(context: Any) -> tuple[frozenset[str], frozenset[str]]:
     """(every table, the sharded ones) of the statement an execution context compiled.
 
@@ -160,6 +177,8 @@ class SqlLog:
 
     def __init__(self) -> None:
         self.sent: list[Sent] = []
+        self.logical: list[str] = []
+        """Statements that named a logical table (:func:`logical_tables`), never cleared."""
         self._listeners: list[tuple[Engine, Callable[..., None]]] = []
 
     def watch(self, engine: Engine | AsyncEngine, database: str = DEFAULT_DATABASE) -> None:
@@ -171,6 +190,8 @@ class SqlLog:
         ) -> None:
             tables, shards = _named_tables(context)
             self.sent.append(Sent(database, statement, params, tables, shards))
+            if logical := logical_tables(context):
+                self.logical.append(f"{sorted(logical)}: {' '.join(statement.split())[:200]}")
 
         event.listen(target, "before_cursor_execute", record)
         self._listeners.append((target, record))
