@@ -99,6 +99,7 @@ __all__ = [
     "exists_selects",
     "function_kind",
     "models_named",
+    "selected_entities",
     "unsharded_tables",
     "walk",
 ]
@@ -324,7 +325,7 @@ def _row_wise(select: Any, *, tested: bool = False) -> bool:
         return False
     if group_by_of(select) or having_of(select) is not None:
         return False
-    if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
+    if _sql_beside_clauses(select):
         return False
     return all(_per_row(column) for column in select.selected_columns)
 
@@ -353,12 +354,32 @@ def _per_row(column: Any) -> bool:
     return True
 
 
+def _sql_beside_clauses(select: Any) -> bool:
+    """Whether ``select`` carries SQL the analysis cannot read: a prefix, a suffix or a
+    syntax extension."""
+    return bool(prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select))
+
+
+def _outer_joined(select: Any) -> bool:
+    """Whether the FROM list of ``select`` has an outer (or full) join."""
+    return any(j.isouter or j.full for j in _joins(select))
+
+
+def selected_entities(statement: Any) -> list[Any]:
+    """The ORM entities ``statement`` selects whole (``select(Order)``), not their columns."""
+    return [
+        d["entity"]
+        for d in getattr(statement, "column_descriptions", ())
+        if d.get("entity") is not None and d.get("expr") is d.get("entity")
+    ]
+
+
 def _distinct_by_key(select: Any) -> bool:
     """Whether ``select`` is a plain DISTINCT (not DISTINCT ON) whose columns include a
     shard key, with no outer join (which could make the key NULL): rows equal in every
     column then share one key value, so they all come from one shard, and each source
     removes the duplicates of its own rows (``Query(Order).distinct().count()``)."""
-    if distinct_on_of(select) or any(j.isouter or j.full for j in _joins(select)):
+    if distinct_on_of(select) or _outer_joined(select):
         return False
     return any(_key_of(column) is not None for column in select.selected_columns)
 
@@ -402,10 +423,7 @@ def _derived_tables(statement: Any) -> set[int]:
     (:func:`exists_selects`), with the SELECTs wrapping it. Whole objects of an entity
     aliased to such a SELECT are not read this way (none is accepted then)."""
     found: set[int] = set()
-    if any(
-        d.get("entity") is not None and d.get("expr") is d.get("entity")
-        for d in getattr(statement, "column_descriptions", ())
-    ):
+    if selected_entities(statement):
         return found
     stack = [statement]
     for chain in _exists_chains(statement):
@@ -459,9 +477,7 @@ def _keeps_keys(select: Any) -> bool:
         return False
     if limit is not None or offset or fetch_clause_of(select) is not None:
         return False
-    if prefixes_of(select) or suffixes_of(select) or syntax_extensions_of(select):
-        return False
-    if any(j.isouter or j.full for j in _joins(select)):
+    if _sql_beside_clauses(select) or _outer_joined(select):
         return False
     groups = group_by_of(select)
     if groups:

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, Table, inspect
 
 from snowshard._compat import loader_strategies
-from snowshard.sharding.analysis import models_named
+from snowshard.sharding.analysis import models_named, selected_entities
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.model import model_of_table
+from snowshard.sharding.model import model_of_mapper
 
 __all__ = ["check_eager_joins"]
 
@@ -32,18 +32,14 @@ _JOINED = "joined"
 
 
 def _sharded(mapper: Any) -> bool:
-    """Whether ``mapper`` maps a sharded model's logical table or one of its tables."""
-    table = getattr(mapper, "local_table", None)
-    return model_of_table(table) is not None or "snowshard" in getattr(table, "info", {})
+    """Whether ``mapper`` (or an alias's, in an option's path) maps a sharded model's
+    logical class or one of its tables."""
+    return model_of_mapper(mapper.mapper) is not None
 
 
 def _entity_mappers(statement: Any) -> list[Any]:
-    found = []
-    for description in getattr(statement, "column_descriptions", ()):
-        entity = description.get("entity")
-        if entity is not None and description.get("expr") is entity:
-            found.append(getattr(entity, "__mapper__", None) or getattr(entity, "mapper", None))
-    return [mapper for mapper in found if mapper is not None]
+    """The mappers of the entities ``statement`` selects whole."""
+    return [inspect(entity).mapper for entity in selected_entities(statement)]
 
 
 def _joined_loads(statement: Any) -> Iterator[tuple[Any, Any]]:

@@ -85,7 +85,13 @@ from snowshard._compat import (
     order_by_of,
     without_having,
 )
-from snowshard.sharding.analysis import check_row_expression, describe, exists_selects, walk
+from snowshard.sharding.analysis import (
+    check_row_expression,
+    describe,
+    exists_selects,
+    selected_entities,
+    walk,
+)
 from snowshard.sharding.arith import integer_average, integer_sum, numeric_average
 from snowshard.sharding.collation import (
     EQUALITY,
@@ -675,8 +681,7 @@ def _single_entity(statement: Any) -> bool:
     expr = descriptions[0].get("expr")
     if isinstance(expr, Bundle):
         return bool(expr.single_entity)
-    entity = descriptions[0].get("entity")
-    return entity is not None and expr is entity
+    return bool(selected_entities(statement))
 
 
 def sort_key(
