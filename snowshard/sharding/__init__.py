@@ -24,7 +24,9 @@ table when both are sharded alike ("binding tables").
 
 Every statement either returns what one plain table would, or raises
 :class:`~snowshard.sharding.errors.UnsupportedShardQuery` before any SQL runs
-(:mod:`~.analysis` decides: pushed down exactly, merged, or refused). Refused today, with the
+(:mod:`~.analysis` decides: pushed down exactly, merged, or refused); SQL that would still
+name a logical table, which no database holds, is stopped before it is sent
+(:mod:`~.logical_guard`). Refused today, with the
 rewrite to use in the message: ``SUM``/``AVG(DISTINCT)`` of non-integers, window functions not
 partitioned by the shard key, keyless subqueries of a sharded model inside a routed query,
 joins through a relationship attribute of a sharded model or of models sharded

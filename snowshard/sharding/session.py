@@ -55,6 +55,7 @@ from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
 from snowshard.sharding.flush import check_flush
+from snowshard.sharding.logical_guard import guard
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
 from snowshard.sharding.replicas import (
@@ -152,6 +153,8 @@ class ShardedSession(RoutingSession):
         self._database_keys = driver_errors.database_keys(
             primaries, config.engines if config is not None else {}
         )
+        copies = config.engines.values() if config is not None else ()
+        guard([b.engine for b in primaries.values()] + [e for c in copies for e in c])
 
     def route_first(
         self,
