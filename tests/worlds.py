@@ -68,6 +68,7 @@ __all__ = [
     "SHARD_INFO",
     "binary_string",
     "logical_tables",
+    "named_tables",
     "STATUSES",
     "TWIN_USERS",
     "Models",
@@ -137,39 +138,40 @@ class Sent:
         return self.statement.lstrip().split(None, 1)[0].upper()
 
 
-def logical_tables(context: Any) -> frozenset[str]:
-    """The logical tables of sharded models (which no database holds) that the statement
-    an execution context compiled names, through its FROM lists or its columns: a
-    sharded session must never send one (an old unsharded table of that name would be
-    read silently)."""
-    compiled = getattr(context, "compiled", None)
-    if compiled is None:
-        return frozenset()
-    state = getattr(compiled, "compile_state", None)
-    statement = state.statement if state is not None else compiled.statement
-    named = (e.table if isinstance(e, ColumnClause) else e for e in iterate(statement))
-    return frozenset(t.name for t in named if isinstance(t, sa.Table) and MODEL_INFO in t.info)
-
-
-def _named_tables(context: Any) -> tuple[frozenset[str], frozenset[str]]:
-    """(every table, the sharded ones) of the statement an execution context compiled.
+def named_tables(context: Any) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(every table, the physical tables of sharded models, the logical tables of sharded
+    models) of the statement an execution context compiled, in one walk of it.
 
     The ORM compiles the statement its compile state built (with eager-load joins and
     the like), so that one is read when there is one; DDL names the table it creates,
-    alters or drops. Statements sent as plain SQL text name no table here.
+    alters or drops. Logical tables (which no database holds: a sharded session must
+    never send one, as an old unsharded table of that name would be read silently) count
+    through columns too. Statements sent as plain SQL text name no table here.
     """
     compiled = getattr(context, "compiled", None)
     if compiled is None:
-        return frozenset(), frozenset()
+        return frozenset(), frozenset(), frozenset()
     state = getattr(compiled, "compile_state", None)
     statement = state.statement if state is not None else compiled.statement
     target = getattr(statement, "element", None)  # of DDL: a table, or an index of one
-    elements = [getattr(target, "table", target), *iterate(statement)]
-    tables = [e for e in elements if isinstance(e, sa.Table)]
+    tables: set[sa.Table] = set()
+    through_columns: set[sa.Table] = set()
+    for element in [getattr(target, "table", target), *iterate(statement)]:
+        if isinstance(element, sa.Table):
+            tables.add(element)
+        elif isinstance(element, ColumnClause) and isinstance(element.table, sa.Table):
+            through_columns.add(element.table)
     return (
         frozenset(t.name for t in tables),
         frozenset(t.name for t in tables if isinstance(t.info.get(SHARD_INFO), ShardInfo)),
+        frozenset(t.name for t in tables | through_columns if MODEL_INFO in t.info),
     )
+
+
+def logical_tables(context: Any) -> frozenset[str]:
+    """The logical tables of sharded models that the statement an execution context
+    compiled names (:func:`named_tables`)."""
+    return named_tables(context)[2]
 
 
 class SqlLog:
@@ -188,9 +190,9 @@ class SqlLog:
         def record(
             conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
         ) -> None:
-            tables, shards = _named_tables(context)
+            tables, shards, logical = named_tables(context)
             self.sent.append(Sent(database, statement, params, tables, shards))
-            if logical := logical_tables(context):
+            if logical:
                 self.logical.append(f"{sorted(logical)}: {' '.join(statement.split())[:200]}")
 
         event.listen(target, "before_cursor_execute", record)
