@@ -6,13 +6,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Integer, and_, cast, exists, func, or_, select
+from sqlalchemy import BigInteger, Integer, and_, cast, exists, func, insert, or_, select
+from sqlalchemy.orm import DeclarativeBase, mapped_column
 
-from snowshard.orm import id_time
-from snowshard.sharding import UnsupportedShardQuery
+from snowshard.orm import id_time, snowflake_pk
+from snowshard.sharding import Sharded, ShardedSession, Shards, UnsupportedShardQuery
 from tests.shop_setup import IDS, USERS, Setup, build_setup
 from tests.shop_setup import rows_of as _rows_of
 from tests.shop_setup import sort_rows as _sort
+from tests.worlds import World, WorldFactory, split_databases
 
 LAYOUT = IDS.layout
 
@@ -380,6 +382,8 @@ _KEYED_IN = {
     .where(o.user_id.in_(_big(i)))
     .order_by(o.id.desc())
     .limit(5),
+    "NOT IN": lambda o, i: select(o.id).where(o.user_id.not_in(_big(i))),
+    "under NOT": lambda o, i: select(o.id).where(~or_(o.amount > 11, o.user_id.in_(_big(i)))),
 }
 
 
@@ -403,19 +407,99 @@ _UNKEYED_IN = {
     "groups of another column": lambda o, i: select(o.id).where(
         o.user_id.in_(select(func.min(i.user_id)).group_by(i.qty))
     ),
-    "NOT IN": lambda o, i: select(o.id).where(o.user_id.not_in(_big(i))),
 }
 
 
 @pytest.mark.parametrize("name", list(_UNKEYED_IN))
 def test_key_in_a_select_of_other_values_is_refused(shop: Setup, name: str) -> None:
     """IN a subquery of a column that is no shard key, or limited, or grouped otherwise
-    (each source would see its own rows only), and NOT IN, are refused before any SQL."""
+    (each source would see its own rows only), is refused before any SQL."""
     s = shop.schema
     shop.sent.clear()
     with shop.session() as session, pytest.raises(UnsupportedShardQuery, match="subquery"):
         session.execute(_UNKEYED_IN[name](s.Order, s.Item))
     assert shop.sent == []
+
+
+def _nullable_keys(sharded_world: WorldFactory, backend: str) -> tuple[World, dict[str, Any]]:
+    """Orders and items whose ``user_id`` key may be NULL, over two databases, and their
+    unsharded twins: orders of users 1-8 and items of users 1 and 2 in tables 0-3, and one
+    item with a NULL ``user_id`` in table 3 only (stored by its ID's gene), so one table's
+    rows hold NULL in the subquery and the others' do not."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    def columns() -> dict[str, Any]:
+        return {
+            "id": snowflake_pk(IDS, gene_from="user_id"),
+            "user_id": mapped_column(BigInteger, nullable=True),
+        }
+
+    def sharded(name: str) -> Any:
+        shards = Shards(4, key=("id", "user_id"), databases=split_databases(4, 2))
+        return type(name, (Sharded, Base), {"__tablename__": name.lower() + "s",
+                                            "__shards__": shards, **columns()})  # fmt: skip
+
+    def twin(name: str) -> Any:
+        return type(name + "Twin", (Base,), {"__tablename__": name.lower() + "s_twin",
+                                             **columns()})  # fmt: skip
+
+    models = {name: sharded(name) for name in ("Order", "Item")}
+    models.update({name + "Twin": twin(name) for name in ("Order", "Item")})
+    world = sharded_world(Base, backend)
+    orders = [{"id": IDS.next_id(gene=u), "user_id": u} for u in range(1, 9)]
+    items = [{"id": IDS.next_id(gene=u), "user_id": u} for u in (1, 2)]
+    items.append({"id": IDS.next_id(gene=3), "user_id": None})
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        for prefix in ("", "Twin"):
+            session.execute(insert(models["Order" + prefix]), orders)
+            session.execute(insert(models["Item" + prefix]), items)
+        session.commit()
+    return world, models
+
+
+def test_in_of_keys_that_can_be_null_is_exact_as_a_where_condition(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
+    """key IN (SELECT key ...) as a WHERE condition keeps the rows one table keeps, NULLs
+    in one table's subquery notwithstanding (NULL and FALSE both drop a row)."""
+    world, m = _nullable_keys(sharded_world, sql_backend)
+
+    def users(o: Any, i: Any) -> Any:
+        return select(o.user_id).where(o.user_id.in_(select(i.user_id)), o.user_id < 8)
+
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        got = sorted(session.scalars(users(m["Order"], m["Item"])))
+        twin = sorted(session.scalars(users(m["OrderTwin"], m["ItemTwin"])))
+    assert got == twin == [1, 2]
+
+
+_NULL_COUNTS = {
+    "as a column": lambda o, i: select(o.user_id, o.user_id.in_(select(i.user_id))),
+    "NOT IN": lambda o, i: select(o.user_id, o.user_id).where(o.user_id.not_in(select(i.user_id))),
+    "under NOT": lambda o, i: select(o.user_id, o.user_id).where(
+        ~or_(o.user_id.in_(select(i.user_id)), o.user_id > 100)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_NULL_COUNTS))
+def test_in_of_keys_that_can_be_null_is_refused_where_null_counts(
+    sharded_world: WorldFactory, sql_backend: str, name: str
+) -> None:
+    """Where the IN's NULL and FALSE differ (a column, NOT IN, under NOT) and a key can be
+    NULL, the tables without the NULL would answer FALSE where one table answers NULL:
+    refused before any SQL (the twin shows the NULL: users 3-8 get NULL or no row)."""
+    world, m = _nullable_keys(sharded_world, sql_backend)
+    build = _NULL_COUNTS[name]
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        twin = {user: seen for user, seen in session.execute(build(m["OrderTwin"], m["ItemTwin"]))}
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="a key column can be NULL"):
+            session.execute(build(m["Order"], m["Item"]))
+    assert len(world.log) == 0
+    assert all(twin.get(user) is None for user in range(3, 9))
 
 
 # --------------------------------------------------------------------------- EXISTS

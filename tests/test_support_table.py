@@ -340,6 +340,12 @@ EXAMPLES: dict[str, list[Example]] = {
         Example(
             "exact",
             lambda w: select(w.Order.id).where(
+                w.Order.user_id.not_in(select(w.Item.user_id).where(w.Item.user_id > 10))
+            ),
+        ),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id).where(
                 exists(
                     select(w.Item.id).where(
                         w.Item.user_id == w.Order.user_id,

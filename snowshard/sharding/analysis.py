@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
-from sqlalchemy import Table
+from sqlalchemy import Column, Table
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -448,24 +448,63 @@ def _derived_tables(statement: Any) -> set[int]:
     return found
 
 
-def _keyed_in_selects(statement: Any) -> set[int]:
-    """The SELECTs (by ``id``) of ``key IN (SELECT other_key ...)`` in ``statement`` that
+def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
+    """(exact, not for NULL): the SELECTs (by ``id``) of ``key IN (SELECT other_key ...)`` in ``statement`` that
     read, for each key, all of its rows: ``key`` a shard key, the SELECT's one column a
     shard key of a model sharded alike (its rows of a key value live in that value's
     table, the one the outer row is read from), with no LIMIT, OFFSET, outer join or SQL
     beside the clauses, and grouped, if at all, by a shard key. ``Order.user_id.in_(
-    select(Item.user_id).where(...))`` is then what one table answers, row by row."""
+    select(Item.user_id).where(...))`` is then what one table answers, row by row, as far
+    as TRUE goes; where NULL and FALSE differ (a NULL key in one table's rows makes the IN
+    of every other key NULL on one table, FALSE in the tables without one) it is exact only
+    if neither key can be NULL (:func:`_two_valued`), or if the IN is a conjunct of a WHERE,
+    which keeps neither. ``NOT IN`` needs the keys that cannot be NULL; the SELECTs that
+    would be exact but for NULL are the second set."""
     found: set[int] = set()
-    for item in walk(statement, nested=True):
-        if not isinstance(item, BinaryExpression) or item.operator is not operators.in_op:
-            continue
-        outer, inner = _key_of(item.left), getattr(item.right, "element", None)
-        if outer is None or not isinstance(inner, Select) or len(inner.selected_columns) != 1:
-            continue
-        selected = _key_of(inner.selected_columns[0])
-        if selected is not None and selected[0].binds_with(outer[0]) and _keeps_keys(inner):
-            found.add(id(inner))
-    return found
+    nullable: set[int] = set()
+    for enclosing in walk(statement, nested=True):
+        if not hasattr(enclosing, "whereclause"):
+            continue  # SELECT, UPDATE and DELETE hold IN conditions
+        filters = {id(c) for c in _conjuncts(enclosing.whereclause)}
+        for item in walk(enclosing):
+            if not isinstance(item, BinaryExpression) or item.operator not in _IN_OPERATORS:
+                continue
+            outer, inner = _key_of(item.left), getattr(item.right, "element", None)
+            if outer is None or not isinstance(inner, Select) or len(inner.selected_columns) != 1:
+                continue
+            selected = _key_of(inner.selected_columns[0])
+            if selected is None or not selected[0].binds_with(outer[0]) or not _keeps_keys(inner):
+                continue
+            filtering = item.operator is operators.in_op and id(item) in filters
+            if filtering or _two_valued(enclosing, item.left, inner.selected_columns[0]):
+                found.add(id(inner))
+            else:
+                nullable.add(id(inner))
+    return found, nullable - found
+
+
+_IN_OPERATORS = (operators.in_op, operators.not_in_op)
+
+
+def _conjuncts(clause: Any) -> Iterator[Any]:
+    """The conditions ``clause`` ANDs together (itself, if it is no AND)."""
+    stack = [clause] if clause is not None else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BooleanClauseList) and item.operator is operators.and_:
+            stack.extend(item.clauses)
+        else:
+            yield item
+
+
+def _two_valued(enclosing: Any, key: Any, selected: Any) -> bool:
+    """Whether ``key IN (SELECT selected ...)`` in ``enclosing`` is never NULL: both are
+    columns declared NOT NULL and ``enclosing`` outer-joins nothing (which could make
+    ``key`` NULL); the subquery outer-joins nothing either (:func:`_keeps_keys`)."""
+    columns = [_plain(key), _plain(selected)]
+    return not _outer_joined(enclosing) and all(
+        isinstance(c, Column) and c.nullable is False for c in columns
+    )
 
 
 def _keeps_keys(select: Any) -> bool:
@@ -504,15 +543,27 @@ def check_nested(statement: Any, whole: bool) -> None:
     # the outer FROM tables: found only when a subquery needs them
     enclosing: set[Any] | None = None
     exact: set[int] = set()
+    nullable: set[int] = set()
     for select in _nested_selects(statement):
         if isinstance(select, SelectStatementGrouping):
             continue  # the parentheses of a SELECT (2.0's exists()): the SELECT is next
         if enclosing is None:
             enclosing = _from_tables(statement)
-            exact = _derived_tables(statement) | _keyed_in_selects(statement)
+            keyed, nullable = _keyed_in_selects(statement)
+            exact = _derived_tables(statement) | keyed
         models = _own_models(select, enclosing)
         if not models or _correlated_on_key(select) or id(select) in exact:
             continue
+        if id(select) in nullable:
+            raise UnsupportedShardQuery(
+                f"key IN (SELECT key of {', '.join(m.name for m in models)} ...) where a "
+                "key column can be NULL, used other than as a condition of a WHERE (NOT "
+                "IN, under NOT, as a column, or beside an outer join): a NULL key in one "
+                "table's rows makes the IN NULL for every other key on one table, but "
+                "FALSE in the tables that hold no NULL. Declare both key columns NOT NULL "
+                "(mapped_column(..., nullable=False)), or use the IN as a condition of "
+                "the WHERE (with AND), or run the subquery first and pass its values"
+            )
         names = ", ".join(m.name for m in models)
         if any(len(m.spec.databases) > 1 for m in models):
             names += " is sharded over several databases and"
