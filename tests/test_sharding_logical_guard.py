@@ -7,6 +7,7 @@ row in it, so a statement that reached the database would read or write it silen
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,11 +15,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 
-from snowshard.sharding import ShardedSession, UnsupportedShardQuery
+from snowshard.sharding import (
+    AsyncShardedSession,
+    ShardedSession,
+    UnsupportedShardQuery,
+    create_all_async,
+)
 from snowshard.sharding.logical_guard import LogicalTableSent, logical_tables_of
-from tests.worlds import World, WorldFactory, declare_shop
+from tests.backends import DatabaseFactory, async_url
+from tests.worlds import SqlLog, World, WorldFactory, declare_shop
 
 USER = 1820  # gene 12 of 16: orders_12, in database "b" of two
 OLD_ROW = 99  # the id of the row in the old unsharded "orders" table
@@ -154,3 +162,32 @@ def test_logical_tables_are_found_through_columns_and_ddl(sharded_world: WorldFa
         "orders",
     )
     assert logical_tables_of(sa.select(physical).compile(dialect=dialect)) == ()
+
+
+async def _async_read_of_logical(urls: list[str], log: SqlLog) -> LogicalTableSent | None:
+    shop = declare_shop(16, databases=2)
+    a, b = (create_async_engine(async_url(u)) for u in urls)
+    log.watch(a, "a")
+    log.watch(b, "b")
+    try:
+        await create_all_async(shop.metadata, databases={"a": a, "b": b})
+        async with AsyncShardedSession(databases={"a": a, "b": b}) as session:
+            connection = await session.connection(bind_arguments={"bind": b.sync_engine})
+            try:
+                await connection.execute(sa.select(shop.Order.__table__))
+            except LogicalTableSent as error:
+                return error
+        return None
+    finally:
+        await a.dispose()
+        await b.dispose()
+
+
+def test_an_async_session_is_guarded_too(
+    database_factory: DatabaseFactory, sql_backend: str, sql_log: SqlLog
+) -> None:
+    """An AsyncShardedSession's connection stops SQL naming ``orders`` before sending it."""
+    error = asyncio.run(_async_read_of_logical(database_factory(sql_backend, 2), sql_log))
+    assert error is not None and (error.tables, error.database) == (("orders",), "b")
+    assert sql_log.logical  # the log's listener (added first) saw it; the guard stopped it
+    sql_log.logical.clear()
