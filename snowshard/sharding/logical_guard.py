@@ -9,13 +9,14 @@ is moving off, kept until the move is done) it would read or write that table in
 silently. :func:`guard` makes such a statement raise :class:`LogicalTableSent` before it
 is sent.
 
-:func:`guard` listens on an engine's ``before_cursor_execute`` (ahead of other listeners)
-and checks only connections a sharded session began (those carrying the database mark of
-:mod:`~snowshard.sharding.driver_errors`); a plain ``Session`` or ``Connection`` on the
-same engine may still read a table of that name. The tables a compiled statement names are
-found once per compiled statement (the ORM's statement with its eager-load joins and
-column expressions, a DDL statement's table) and remembered while SQLAlchemy caches it, so
-a cached statement pays a dictionary lookup.
+:func:`guard` listens on an engine's ``before_cursor_execute`` and checks the compiled
+statements (SQL text is sent as written) of connections a sharded session began (those
+carrying the database mark of :mod:`~snowshard.sharding.driver_errors`); a plain
+``Session`` or ``Connection`` on the same engine may still read a table of that name.
+Other listeners of the engine added before it see the statement first. The tables a
+compiled statement names are found once per compiled statement (the ORM's statement with
+its eager-load joins and column expressions, a DDL statement's table) and remembered while
+SQLAlchemy caches it, so a cached statement pays a dictionary lookup.
 """
 
 from __future__ import annotations
