@@ -423,8 +423,9 @@ def test_key_in_a_select_of_other_values_is_refused(shop: Setup, name: str) -> N
 
 def _nullable_keys(sharded_world: WorldFactory, backend: str) -> tuple[World, dict[str, Any]]:
     """Orders and items whose ``user_id`` key may be NULL, over two databases, and their
-    unsharded twins: orders of users 1-8 and items of users 1 and 2 in tables 0-3, and one
-    item with a NULL ``user_id`` in table 3 only (stored by its ID's gene), so one table's
+    unsharded twins: orders of users 1-8 and items of users 1 and 2 in tables 0-3, three
+    orders with a NULL ``user_id`` (stored by their IDs' genes: tables 0 and 3, one in
+    each database), and one item with a NULL ``user_id`` in table 3 only, so one table's
     rows hold NULL in the subquery and the others' do not."""
 
     class Base(DeclarativeBase):
@@ -449,6 +450,7 @@ def _nullable_keys(sharded_world: WorldFactory, backend: str) -> tuple[World, di
     models.update({name + "Twin": twin(name) for name in ("Order", "Item")})
     world = sharded_world(Base, backend)
     orders = [{"id": IDS.next_id(gene=u), "user_id": u} for u in range(1, 9)]
+    orders += [{"id": IDS.next_id(gene=g), "user_id": None} for g in (0, 3, 3)]
     items = [{"id": IDS.next_id(gene=u), "user_id": u} for u in (1, 2)]
     items.append({"id": IDS.next_id(gene=3), "user_id": None})
     with ShardedSession(world.bind, databases=world.databases) as session:
@@ -500,6 +502,65 @@ def test_in_of_keys_that_can_be_null_is_refused_where_null_counts(
             session.execute(build(m["Order"], m["Item"]))
     assert len(world.log) == 0
     assert all(twin.get(user) is None for user in range(3, 9))
+
+
+_NULL_PARTITIONS = {
+    "a window partitioned by the key": lambda o: select(
+        o.id, o.user_id, func.count().over(partition_by=o.user_id)
+    ),
+    "a derived table DISTINCT over the key": lambda o: select(func.count()).select_from(
+        select(o.user_id).distinct().subquery()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_NULL_PARTITIONS))
+def test_a_key_that_can_be_null_does_not_partition_rows(
+    sharded_world: WorldFactory, sql_backend: str, name: str
+) -> None:
+    """Rows whose key is NULL live in the tables of their IDs: one table has one NULL
+    partition (and one NULL value), the shards one per database. A window partitioned by
+    such a key, or a DISTINCT derived table over it, is refused before any SQL."""
+    world, m = _nullable_keys(sharded_world, sql_backend)
+    build = _NULL_PARTITIONS[name]
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        twin = [tuple(r) for r in session.execute(build(m["OrderTwin"]))]
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="NOT NULL"):
+            session.execute(build(m["Order"]))
+    assert len(world.log) == 0
+    if len(twin[0]) == 3:  # the three NULL-key orders are one partition of three
+        assert sorted(n for _, user, n in twin if user is None) == [3, 3, 3]
+    else:  # users 1-8 and NULL
+        assert twin == [(9,)]
+
+
+def _outer_items(o: Any, i: Any, partition: Any) -> Any:
+    """Orders LEFT JOIN their items of the same quantity as the order's amount, with a
+    count per partition: orders without such an item get NULL item columns."""
+    return select(o.id, i.id, func.count().over(partition_by=partition(o, i))).outerjoin(
+        i, and_(i.user_id == o.user_id, i.order_id == o.id, i.qty == o.amount)
+    )
+
+
+def test_a_window_partitioned_by_an_outer_joined_key_is_refused(shop: Setup) -> None:
+    """PARTITION BY items.user_id of orders LEFT JOIN items: the orders without an item make
+    one NULL partition on one table, one per table across shards: refused before any SQL."""
+    s = shop.schema
+    with shop.session() as session:
+        twin = session.execute(_outer_items(s.OrderTwin, s.ItemTwin, lambda o, i: i.user_id))
+        assert any(item is None for _, item, _ in twin)
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match="outer join"):
+            session.execute(_outer_items(s.Order, s.Item, lambda o, i: i.user_id))
+    assert shop.sent == []
+
+
+def test_a_window_partitioned_by_the_preserved_sides_key_is_exact(shop: Setup) -> None:
+    """PARTITION BY orders.user_id of the same outer join: the key is never NULL-extended,
+    so each partition is in one table, as on one table."""
+    got, twin = _joined(shop, lambda o, i: _outer_items(o, i, lambda o, i: o.user_id))
+    assert got == twin and any(item is None for _, item, _ in twin)
 
 
 # --------------------------------------------------------------------------- EXISTS

@@ -455,6 +455,41 @@ def test_aggregates_and_group_by_equal_the_twin(world: World) -> None:
     assert sharded == twin and len(twin) == 3
 
 
+_ONE_TABLE_PER_KEY = {
+    "a window partitioned by the key": lambda m: select(
+        m.user_id, func.count().over(partition_by=m.user_id)
+    ),
+    "a derived table DISTINCT over the key": lambda m: select(func.count()).select_from(
+        select(m.user_id).distinct().subquery()
+    ),
+    "the key IN a SELECT of it": lambda m: select(m.user_id).where(
+        m.user_id.in_(select(m.user_id).where(m.amount >= 100))
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_ONE_TABLE_PER_KEY))
+def test_shapes_that_need_a_keys_rows_in_one_table_are_refused(world: World, name: str) -> None:
+    """A user's orders span a table of each generation (of two databases for most users):
+    a window partitioned by user_id, a DISTINCT derived table over it and user_id IN
+    (SELECT user_id ...) would see each table's share; refused before any SQL. The twin
+    shows what one table sees: both of each user's orders."""
+    _both(world)
+    build = _ONE_TABLE_PER_KEY[name]
+    with world.session() as session:
+        twin = [tuple(r) for r in session.execute(build(Twin))]
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery):
+            session.execute(build(Order))
+    assert len(world.log) == 0
+    expected = {
+        "a window partitioned by the key": sorted((u, 2) for u in USERS for _ in range(2)),
+        "a derived table DISTINCT over the key": [(len(USERS),)],
+        "the key IN a SELECT of it": sorted((u,) for u in USERS for _ in range(2)),
+    }
+    assert sorted(twin) == expected[name]
+
+
 def test_keyset_pages_walk_both_generations_like_the_twin(world: World) -> None:
     """Keyset pages by id (descending) return the twin's order, crossing the switch."""
     _both(world)

@@ -40,6 +40,7 @@ Rules that hold in every way of running:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
 from sqlalchemy import Column, Table
@@ -196,6 +197,23 @@ def _key_of(element: Any) -> Optional[tuple[ShardedModel, Any]]:
     return model, deannotated(element.table)
 
 
+def _grouping_key_of(element: Any) -> Optional[tuple[ShardedModel, Any]]:
+    """:func:`_key_of`, for a shard key whose equal values all live in one table, NULL
+    included: a key of a model without layout generations (whose tables of different
+    periods hold one key value), and with no other key (a row without it cannot be
+    stored) or declared NOT NULL. A key that can be NULL in a model routed by another key
+    too (``("id", "user_id")`` with ``user_id`` nullable) has its NULL rows in the tables
+    of their IDs, so a window partitioned by it, or a DISTINCT over it, would see one NULL
+    partition or value per table instead of one."""
+    found = _key_of(element)
+    if found is None or found[0].timeline is not None:
+        return None
+    column = _plain(element)
+    if len(found[0].keys) == 1 or getattr(column, "nullable", True) is False:
+        return found
+    return None
+
+
 def _key_pairs(clause: Any) -> Iterator[tuple[ShardedModel, ShardedModel]]:
     """The binding models two of whose shard keys a conjunct of ``clause`` equates (rows
     it matches then live in tables of the same index)."""
@@ -327,10 +345,11 @@ def _row_wise(select: Any, *, tested: bool = False) -> bool:
         return False
     if _sql_beside_clauses(select):
         return False
-    return all(_per_row(column) for column in select.selected_columns)
+    extended = null_extended_tables(select)
+    return all(_per_row(column, extended) for column in select.selected_columns)
 
 
-def _per_row(column: Any) -> bool:
+def _per_row(column: Any, extended: AbstractSet[Any]) -> bool:
     """Whether ``column`` is computed from its row alone (known per-row functions), or by a
     window partitioned by a shard key (each partition's rows live in one table), whose
     arguments, PARTITION BY and ORDER BY are per row in turn."""
@@ -340,7 +359,7 @@ def _per_row(column: Any) -> bool:
         if isinstance(item, SelectBase) and item is not column:
             continue  # a subquery in a column: check_nested
         if isinstance(item, Over):
-            if not window_partitions_by_key(item, ()):
+            if not window_partitions_by_key(item, (), extended):
                 return False
             stack.extend(c for c in item.get_children() if c is not item.element)
             stack.extend(item.element.get_children())  # the window function's arguments
@@ -381,7 +400,7 @@ def _distinct_by_key(select: Any) -> bool:
     removes the duplicates of its own rows (``Query(Order).distinct().count()``)."""
     if distinct_on_of(select) or _outer_joined(select):
         return False
-    return any(_key_of(column) is not None for column in select.selected_columns)
+    return any(_grouping_key_of(column) is not None for column in select.selected_columns)
 
 
 def exists_selects(statement: Any) -> list[Select[Any]]:
@@ -453,7 +472,8 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
     read, for each key, all of its rows: ``key`` a shard key, the SELECT's one column a
     shard key of a model sharded alike (its rows of a key value live in that value's
     table, the one the outer row is read from), with no LIMIT, OFFSET, outer join or SQL
-    beside the clauses, and grouped, if at all, by a shard key. ``Order.user_id.in_(
+    beside the clauses, and grouped, if at all, by a shard key, of a model without layout
+    generations (whose tables of different periods hold one key value). ``Order.user_id.in_(
     select(Item.user_id).where(...))`` is then what one table answers, row by row, as far
     as TRUE goes; where NULL and FALSE differ (a NULL key in one table's rows makes the IN
     of every other key NULL on one table, FALSE in the tables without one) it is exact only
@@ -475,6 +495,8 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
             selected = _key_of(inner.selected_columns[0])
             if selected is None or not selected[0].binds_with(outer[0]) or not _keeps_keys(inner):
                 continue
+            if outer[0].timeline is not None:
+                continue  # a key value's rows span the tables of its generations
             filtering = item.operator is operators.in_op and id(item) in filters
             if filtering or _two_valued(enclosing, item.left, inner.selected_columns[0]):
                 found.add(id(inner))
@@ -576,7 +598,9 @@ def check_nested(statement: Any, whole: bool) -> None:
             f"pass its result as a value or a list, or (for a derived table or CTE that "
             f"is a query's whole FROM) leave LIMIT, GROUP BY and aggregates out of it, "
             f"partition its window functions by the shard key, and keep DISTINCT to "
-            f"columns that include the shard key"
+            f"columns that include the shard key (of a model without layout generations, "
+            f"declared NOT NULL when the model has another key: NULL keys make one "
+            f"partition per table)"
         )
 
 
@@ -654,27 +678,50 @@ def unsharded_tables(statement: Any) -> list[Table]:
     return found
 
 
-def window_partitions_by_key(over: Over[Any], models: Sequence[ShardedModel]) -> bool:
-    """Whether ``over``'s PARTITION BY includes a shard key of one of ``models``."""
+def window_partitions_by_key(
+    over: Over[Any], models: Sequence[ShardedModel], extended: AbstractSet[Any] = frozenset()
+) -> bool:
+    """Whether ``over``'s PARTITION BY includes a shard key whose equal values live in one
+    table (:func:`_grouping_key_of`), of a table an outer join does not NULL-extend
+    (``extended``, :func:`null_extended_tables`: the NULL rows of every table would make
+    one partition on one table, one per table across shards)."""
     partition = over.partition_by
     if partition is None:
         return False
-    return any(_key_of(part) is not None for part in partition.clauses)
+    keys = (_grouping_key_of(part) for part in partition.clauses)
+    return any(key is not None and key[1] not in extended for key in keys)
+
+
+def null_extended_tables(select: Any) -> frozenset[Any]:
+    """The tables of ``select``'s FROM list that an outer join may NULL-extend: the right
+    side of a LEFT OUTER JOIN, both sides of a FULL one."""
+    found: set[Any] = set()
+    for join in _joins(select):
+        sides = (join.left, join.right) if join.full else (join.right,) if join.isouter else ()
+        for side in sides:
+            found.update(deannotated(t) for t in walk(side) if isinstance(t, Table))
+    return frozenset(found)
 
 
 def window_refusal(over: Over[Any]) -> UnsupportedShardQuery:
     return UnsupportedShardQuery(
         f"window function {describe(over)} across shards: each shard would compute it over "
-        "its own rows only; partition by the shard key (over(partition_by=Order.user_id)), "
-        "or compute it in Python"
+        "its own rows only; partition by the shard key (over(partition_by=Order.user_id)) "
+        "of a model without layout generations (their tables split a key's rows by "
+        "period), declared NOT NULL when the model has another key and not on the NULL "
+        "side of an outer join (NULL keys make one partition per table), or compute it "
+        "in Python"
     )
 
 
-def check_row_expression(element: Any, models: Sequence[ShardedModel]) -> bool:
+def check_row_expression(
+    element: Any, models: Sequence[ShardedModel], extended: AbstractSet[Any] = frozenset()
+) -> bool:
     """Check an expression evaluated per row on each source; True if it holds an aggregate.
 
-    Window functions must partition by the shard key; functions not known to be per row
-    (or one of the merged aggregates) are refused, as they could be aggregates.
+    Window functions must partition by the shard key (of a table not in ``extended``:
+    :func:`window_partitions_by_key`); functions not known to be per row (or one of the
+    merged aggregates) are refused, as they could be aggregates.
     """
     aggregate = False
     stack = [element]
@@ -685,7 +732,7 @@ def check_row_expression(element: Any, models: Sequence[ShardedModel]) -> bool:
         if not isinstance(item, Table):
             stack.extend(item.get_children())
         if isinstance(item, Over):
-            if not window_partitions_by_key(item, models):
+            if not window_partitions_by_key(item, models, extended):
                 raise window_refusal(item)
             # the window function itself (row_number, rank, count...) runs per partition;
             # only its PARTITION BY and ORDER BY expressions are checked further

@@ -89,6 +89,7 @@ from snowshard.sharding.analysis import (
     check_row_expression,
     describe,
     exists_selects,
+    null_extended_tables,
     selected_entities,
     walk,
 )
@@ -317,10 +318,11 @@ class MergePlan:
         _check_tuples([e for e, _, _ in order], "ORDER BY")
         _check_tuples(group_by_of(statement), "GROUP BY")
         having = without_distinct_extremes(having_of(statement))
-        aggregated = [check_row_expression(c, models) for c in columns]
-        ordered = [check_row_expression(e, models) for e, _, _ in order]
+        extended = null_extended_tables(statement)
+        aggregated = [check_row_expression(c, models, extended) for c in columns]
+        ordered = [check_row_expression(e, models, extended) for e, _, _ in order]
         if having is not None:
-            check_row_expression(having, models)
+            check_row_expression(having, models, extended)
         self.grouped = bool(group_by_of(statement)) or any(aggregated) or any(ordered)
         self.grouped = self.grouped or having is not None or bool(exists_selects(statement))
         if self.grouped and distinct_on:
