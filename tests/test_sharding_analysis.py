@@ -421,8 +421,11 @@ def test_key_in_a_select_of_other_values_is_refused(shop: Setup, name: str) -> N
     assert shop.sent == []
 
 
-def _nullable_keys(sharded_world: WorldFactory, backend: str) -> tuple[World, dict[str, Any]]:
-    """Orders and items whose ``user_id`` key may be NULL, over two databases, and their
+def _nullable_keys(
+    sharded_world: WorldFactory, backend: str, databases: int = 2
+) -> tuple[World, dict[str, Any]]:
+    """Orders and items whose ``user_id`` key may be NULL, over two databases (or
+    ``databases``), and their
     unsharded twins: orders of users 1-8 and items of users 1 and 2 in tables 0-3, three
     orders with a NULL ``user_id`` (stored by their IDs' genes: tables 0 and 3, one in
     each database), and one item with a NULL ``user_id`` in table 3 only, so one table's
@@ -438,7 +441,7 @@ def _nullable_keys(sharded_world: WorldFactory, backend: str) -> tuple[World, di
         }
 
     def sharded(name: str) -> Any:
-        shards = Shards(4, key=("id", "user_id"), databases=split_databases(4, 2))
+        shards = Shards(4, key=("id", "user_id"), databases=split_databases(4, databases))
         return type(name, (Sharded, Base), {"__tablename__": name.lower() + "s",
                                             "__shards__": shards, **columns()})  # fmt: skip
 
@@ -533,6 +536,20 @@ def test_a_key_that_can_be_null_does_not_partition_rows(
         assert sorted(n for _, user, n in twin if user is None) == [3, 3, 3]
     else:  # users 1-8 and NULL
         assert twin == [(9,)]
+
+
+@pytest.mark.parametrize("name", list(_NULL_PARTITIONS))
+def test_a_key_that_can_be_null_partitions_rows_within_one_database(
+    sharded_world: WorldFactory, sql_backend: str, name: str
+) -> None:
+    """With every table in one database the statement is one UNION ALL over them, so the
+    same window or DISTINCT sees every NULL row at once and equals the twin."""
+    world, m = _nullable_keys(sharded_world, sql_backend, databases=1)
+    build = _NULL_PARTITIONS[name]
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        got = sorted((tuple(r) for r in session.execute(build(m["Order"]))), key=repr)
+        twin = sorted((tuple(r) for r in session.execute(build(m["OrderTwin"]))), key=repr)
+    assert got == twin and twin
 
 
 def _outer_items(o: Any, i: Any, partition: Any) -> Any:
