@@ -436,18 +436,22 @@ _ITEM_CONDITIONS: list[Callable[[Any, Any], Any]] = [
 
 def _items_joined(draw: Any) -> Case:
     """Orders and items joined (inner or left outer) on one or two random conditions, or
-    tied by them in WHERE: one table's rows, or refused where no condition ties the keys."""
+    tied by them in WHERE, counted or as rows (with a window partitioned by either side's
+    key): one table's rows, or refused where no condition ties the keys."""
     chosen = draw(st.lists(st.sampled_from(range(len(_ITEM_CONDITIONS))), min_size=1, max_size=2, unique=True))
     how = draw(st.sampled_from(["inner", "outer", "where"]))
     if how == "where" and chosen == [3]:  # no condition relates them: a cross join in ON
         how = "inner"
-    counted = draw(st.booleans())
+    shape = draw(st.sampled_from(["counted", "rows", "window by order", "window by item"]))
     filters = _where(draw, None)
 
     def build(w: Models) -> Any:
         m, i = w.Order, w.Item
         tie = and_(*[_ITEM_CONDITIONS[c](m, i) for c in chosen])
-        columns = [func.count(), func.count(i.id)] if counted else [m.id, i.id, i.qty]
+        columns = [func.count(), func.count(i.id)] if shape == "counted" else [m.id, i.id, i.qty]
+        if shape.startswith("window"):  # by a key an outer join may NULL-extend, or not
+            key = m.user_id if shape == "window by order" else i.user_id
+            columns.append(func.count().over(partition_by=key))
         statement = select(*columns).where(*[f(m) for f in filters])
         if how == "where":
             return statement.where(tie)
