@@ -468,18 +468,18 @@ def _derived_tables(statement: Any) -> set[int]:
 
 
 def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
-    """(exact, not for NULL): the SELECTs (by ``id``) of ``key IN (SELECT other_key ...)`` in ``statement`` that
-    read, for each key, all of its rows: ``key`` a shard key, the SELECT's one column a
-    shard key of a model sharded alike (its rows of a key value live in that value's
-    table, the one the outer row is read from), with no LIMIT, OFFSET, outer join or SQL
-    beside the clauses, and grouped, if at all, by a shard key, of a model without layout
-    generations (whose tables of different periods hold one key value). ``Order.user_id.in_(
-    select(Item.user_id).where(...))`` is then what one table answers, row by row, as far
-    as TRUE goes; where NULL and FALSE differ (a NULL key in one table's rows makes the IN
-    of every other key NULL on one table, FALSE in the tables without one) it is exact only
-    if neither key can be NULL (:func:`_two_valued`), or if the IN is a conjunct of a WHERE,
-    which keeps neither. ``NOT IN`` needs the keys that cannot be NULL; the SELECTs that
-    would be exact but for NULL are the second set."""
+    """(exact, not for NULL): the SELECTs (by ``id``) of ``key IN (SELECT other_key ...)`` in
+    ``statement`` that read, for each key, all of its rows: ``key`` a shard key, the
+    SELECT's one column a shard key of a model sharded alike (its rows of a key value live
+    in that value's table, the one the outer row is read from), with no LIMIT, OFFSET, outer
+    join or SQL beside the clauses, and grouped, if at all, by a shard key, of a model
+    without layout generations (whose tables of different periods hold one key value).
+    ``Order.user_id.in_(select(Item.user_id).where(...))`` is then what one table answers,
+    row by row, as far as TRUE goes; where NULL and FALSE differ (a NULL key in one table's
+    rows makes the IN of every other key NULL on one table, FALSE in the tables without one)
+    it is exact only if neither key can be NULL (:func:`_two_valued`), or if the IN is a
+    conjunct of a WHERE, which keeps neither. ``NOT IN`` needs the keys that cannot be NULL;
+    the SELECTs that would be exact but for NULL are the second set."""
     found: set[int] = set()
     nullable: set[int] = set()
     for enclosing in walk(statement, nested=True):
