@@ -464,6 +464,26 @@ def _nullable_keys(
     return world, models
 
 
+def test_a_subquery_used_as_a_where_condition_and_a_column_is_refused(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
+    """One ``scalar_subquery()`` in a WHERE condition and in a column: the column needs the
+    keys NOT NULL (one table answers NULL, the shards FALSE), so the statement is refused."""
+    world, m = _nullable_keys(sharded_world, sql_backend)
+
+    def build(o: Any, i: Any) -> Any:
+        users = select(i.user_id).scalar_subquery()
+        return select(o.user_id, o.id.in_(users)).where(o.user_id.in_(users))
+
+    with ShardedSession(world.bind, databases=world.databases) as session:
+        twin = sorted(tuple(r) for r in session.execute(build(m["OrderTwin"], m["ItemTwin"])))
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="a key column can be NULL"):
+            session.execute(build(m["Order"], m["Item"]))
+    assert len(world.log) == 0
+    assert twin == [(1, None), (2, None)]
+
+
 def test_in_of_keys_that_can_be_null_is_exact_as_a_where_condition(
     sharded_world: WorldFactory, sql_backend: str
 ) -> None:

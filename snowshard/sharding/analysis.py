@@ -479,7 +479,9 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
     rows makes the IN of every other key NULL on one table, FALSE in the tables without one)
     it is exact only if neither key can be NULL (:func:`_two_valued`), or if the IN is a
     conjunct of a WHERE, which keeps neither. ``NOT IN`` needs the keys that cannot be NULL;
-    the SELECTs that would be exact but for NULL are the second set."""
+    the SELECTs that would be exact but for NULL are the second set (a SELECT used in two
+    places, such as one ``scalar_subquery()`` in a WHERE and a column, is in it if either
+    use is)."""
     found: set[int] = set()
     nullable: set[int] = set()
     for enclosing in walk(statement, nested=True):
@@ -502,7 +504,7 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
                 found.add(id(inner))
             else:
                 nullable.add(id(inner))
-    return found, nullable - found
+    return found - nullable, nullable  # a SELECT used twice is exact if both uses are
 
 
 _IN_OPERATORS = (operators.in_op, operators.not_in_op)
