@@ -208,10 +208,15 @@ def _grouping_key_of(element: Any) -> Optional[tuple[ShardedModel, Any]]:
     found = _key_of(element)
     if found is None or found[0].timeline is not None:
         return None
-    column = _plain(element)
-    if len(found[0].keys) == 1 or getattr(column, "nullable", True) is False:
+    if len(found[0].keys) == 1 or _declared_not_null(element):
         return found
     return None
+
+
+def _declared_not_null(element: Any) -> bool:
+    """Whether ``element`` is a column declared NOT NULL (under labels and parentheses)."""
+    column = _plain(element)
+    return isinstance(column, Column) and column.nullable is False
 
 
 def _key_pairs(clause: Any) -> Iterator[tuple[ShardedModel, ShardedModel]]:
@@ -525,10 +530,7 @@ def _two_valued(enclosing: Any, key: Any, selected: Any) -> bool:
     """Whether ``key IN (SELECT selected ...)`` in ``enclosing`` is never NULL: both are
     columns declared NOT NULL and ``enclosing`` outer-joins nothing (which could make
     ``key`` NULL); the subquery outer-joins nothing either (:func:`_keeps_keys`)."""
-    columns = [_plain(key), _plain(selected)]
-    return not _outer_joined(enclosing) and all(
-        isinstance(c, Column) and c.nullable is False for c in columns
-    )
+    return not _outer_joined(enclosing) and _declared_not_null(key) and _declared_not_null(selected)
 
 
 def _keeps_keys(select: Any) -> bool:

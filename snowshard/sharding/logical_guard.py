@@ -88,8 +88,8 @@ def _check(
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "SQL"
         article = "an" if verb[:1] in "AEIOU" else "a"
         raise LogicalTableSent(
-            f"{article} {verb} statement for database {database!r} names the logical table {names} "
-            "of a sharded model, which no database holds (where a table of that name "
+            f"{article} {verb} statement for database {database!r} names the logical table "
+            f"{names} of a sharded model, which no database holds (where a table of that name "
             "exists, such as the unsharded table being moved off, it would be used "
             "instead): stopped before it was sent. Run sharded models through the "
             "session's ORM or Core statements on the model (select(Order), "
