@@ -150,11 +150,9 @@ class ShardedSession(RoutingSession):
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: dict[type, Connection] | None = None
-        self._database_keys = driver_errors.database_keys(
-            primaries, config.engines if config is not None else {}
-        )
-        copies = config.engines.values() if config is not None else ()
-        guard([b.engine for b in primaries.values()] + [e for c in copies for e in c])
+        copies = config.engines if config is not None else {}
+        self._database_keys = driver_errors.database_keys(primaries, copies)
+        guard([b.engine for b in primaries.values()] + [e for c in copies.values() for e in c])
 
     def route_first(
         self,
