@@ -1,11 +1,13 @@
 """Random statements on a sharded model equal the same statements on one plain table, or raise
 UnsupportedShardQuery before any SQL runs.
 
-Five configurations: SQLite, PostgreSQL (one database, two databases) and MariaDB (one, two).
-The rows are created once per configuration (a twin shop of ``tests/worlds.py``: sharded
+The configurations (``tests/twin_setups.py``): SQLite, PostgreSQL (one database, two
+databases) and MariaDB (one, two), and the same shop with some ``user_id`` keys NULL, and
+with a second layout generation, on SQLite and across two databases of each server. The
+rows are created once per configuration (a twin shop of ``tests/worlds.py``: sharded
 orders and items, their plain twins, an unsharded ``notes`` table and the reference table
 ``statuses``); each example builds one statement from a grammar (filters on key and
-non-key columns, IN lists, aggregates and expressions over them (division and CAST
+non-key columns, IN lists, ID time ranges, aggregates and expressions over them (division and CAST
 included), GROUP BY selected and unselected keys, HAVING, ORDER BY with ties and NULLs,
 LIMIT/OFFSET, DISTINCT, window functions, subqueries, binding-table and unsharded joins,
 and inner/outer joins, filters, groups, EXISTS/IN/scalar subqueries, CTEs and derived
@@ -17,24 +19,27 @@ the examples per configuration. The examples are the same on every run (derandom
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, reject, seed, settings
+from hypothesis import given, reject
 from hypothesis import strategies as st
 from sqlalchemy import Integer, and_, case, cast, exists, func, select
 from sqlalchemy.dialects import postgresql
 
+from snowshard.orm import id_between, id_since
 from snowshard.sharding import UnsupportedShardQuery
 from tests.backends import DatabaseFactory
 from tests.shop_setup import rows_of, sort_rows
+from tests.twin_setups import CONFIGS, Setup, build_setup, differential
 from tests.worlds import (
+    LAYOUT,
+    TWIN_SWITCH,
     TWIN_USERS,
     Models,
-    SqlLog,
     TwinShop,
     World,
     declare_twin_shop,
@@ -43,9 +48,6 @@ from tests.worlds import (
     open_world,
 )
 
-EXAMPLES = int(os.environ.get("SNOWSHARD_DIFFERENTIAL_EXAMPLES", "300"))
-SEED = os.environ.get("SNOWSHARD_DIFFERENTIAL_SEED")
-"""Another fixed set of examples than the derandomized one (module docstring); unset in CI."""
 KNOWN_BUGS: dict[str, Callable[[World], bool]] = {}
 """Library bugs the grammar can produce: bug -> whether it shows in a configuration.
 
@@ -53,47 +55,8 @@ Statements a bug affects are skipped (``reject()``) where it shows, so the test 
 guard for everything else; the xfail(strict=True) test named with each bug below
 reproduces it. Remove the entry once the library is fixed (that test then XPASSes)."""
 USERS = list(TWIN_USERS)
-
-
-@dataclass
-class Setup:
-    """One configuration: the twin shop on its world (whose log holds the SQL sent)."""
-
-    name: str
-    shop: TwinShop
-    world: World
-
-
-CONFIGS = [
-    pytest.param(("sqlite", 1), id="sqlite"),
-    pytest.param(("postgresql", 1), id="postgresql-1", marks=pytest.mark.postgres),
-    pytest.param(("postgresql", 2), id="postgresql-2", marks=pytest.mark.postgres),
-    pytest.param(("mysql", 1), id="mariadb-1", marks=pytest.mark.mysql),
-    pytest.param(("mysql", 2), id="mariadb-2", marks=pytest.mark.mysql),
-]
-
-
-def build_setup(
-    request: pytest.FixtureRequest, tmp_path: Any, backend: str, count: int
-) -> Iterator[Setup]:
-    """Databases, tables and rows of one configuration (dropped afterwards).
-
-    With two databases the unsharded tables get a third one (the bind), so ``notes`` lives
-    where no sharded table does.
-    """
-
-
-    factory = DatabaseFactory.for_request(request, tmp_path)
-    log = SqlLog()
-    try:
-        shop = declare_twin_shop(4, databases=count)
-        world = open_world(factory, shop.base, backend, log=log, bind_apart=True)
-        with world.session() as session:
-            fill_twin_shop(session, shop)
-        yield Setup(f"{backend}-{count}", shop, world)
-    finally:
-        log.close()
-        factory.cleanup()
+EARLIER_ERA = TWIN_SWITCH - timedelta(days=30)
+"""Where :class:`~tests.worlds.TwoEras` issues its first IDs before the switch."""
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
@@ -129,6 +92,10 @@ def _where(draw: Any, m: Any) -> list[Callable[[Any], Any]]:
         lambda m: m.status == "paid",
         lambda m: m.status.is_(None),
         lambda m: m.user_id.in_([USERS[2], 999]),
+        # time ranges on the ID: a generations shop's rows after its switch, or the first
+        # few of its earlier era (other shops' IDs are of today: all or none)
+        lambda m: id_since(m.id, LAYOUT, TWIN_SWITCH),
+        lambda m: id_between(m.id, LAYOUT, EARLIER_ERA, EARLIER_ERA + timedelta(milliseconds=20)),
     ]
     chosen = draw(st.lists(st.sampled_from(range(len(options))), max_size=2, unique=True))
     return [options[i] for i in chosen]
@@ -578,18 +545,7 @@ def compare(setup: Setup, case_: Case) -> None:
         ], shown
 
 
-def _seeded(test: Callable[..., None]) -> Callable[..., None]:
-    return seed(int(SEED))(test) if SEED else test
-
-
-@_seeded
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@differential
 @given(case_=statements())
 def test_sharded_statements_equal_one_table_or_are_refused(setup: Setup, case_: Case) -> None:
     """Every random statement answers like the unsharded twin, or raises UnsupportedShardQuery."""

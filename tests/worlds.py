@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -43,6 +44,7 @@ from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
 from snowshard import Layout, Snowflake
+from snowshard.clock import ManualClock
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
     Reference,
@@ -54,6 +56,7 @@ from snowshard.sharding import (
     sharded_model,
     tables_by_database,
 )
+from snowshard.sharding.generations import Generation
 from snowshard.sharding.model import MODEL_INFO
 from snowshard.spec import DEFAULT_DATABASE, ShardInfo
 from tests.backends import DatabaseFactory
@@ -64,13 +67,16 @@ if TYPE_CHECKING:
 __all__ = [
     "IDS",
     "LAYOUT",
+    "NULL_KEY_GENES",
     "REFERENCE_STATUSES",
     "SHARD_INFO",
     "binary_string",
     "logical_tables",
     "named_tables",
     "STATUSES",
+    "TWIN_SWITCH",
     "TWIN_USERS",
+    "TwoEras",
     "Models",
     "Sent",
     "Shop",
@@ -84,6 +90,7 @@ __all__ = [
     "fill_twin_shop",
     "open_world",
     "split_databases",
+    "twin_generations",
 ]
 
 LAYOUT = Layout(worker_bits=6, gene_bits=4)
@@ -355,6 +362,10 @@ class TwinShop:
     base: type[DeclarativeBase]
     sharded: Models
     twin: Models
+    ids: Any = IDS
+    """The issuer of the sharded models' IDs."""
+    nullable_keys: bool = False
+    """Whether ``user_id`` may be NULL (and :func:`fill_twin_shop` writes rows where it is)."""
 
     @property
     def metadata(self) -> sa.MetaData:
@@ -365,31 +376,39 @@ def declare_twin_shop(
     count: int = 4,
     *,
     databases: int | Mapping[str, Sequence[int]] = 1,
-    ids: Snowflake = IDS,
+    ids: Any = IDS,
+    nullable_keys: bool = False,
+    generations: Sequence[Generation] = (),
 ) -> TwinShop:
     """A fresh base with sharded ``orders``/``items`` (alike, on ``(id, user_id)``), their
     plain twins, ``notes``, and ``statuses`` as a reference table and as a plain twin.
 
-    ``databases`` is as for :func:`declare_shop`.
+    ``databases`` is as for :func:`declare_shop`. ``nullable_keys``: ``user_id`` may be
+    NULL on both sides. ``generations``: the layouts of ``orders`` and ``items`` after
+    their first (give an ``ids`` issuing IDs on both sides of each switch, such as
+    :class:`TwoEras`).
     """
     spread = split_databases(count, databases) if isinstance(databases, int) else databases
 
     class Base(DeclarativeBase):
         pass
 
+    def shards() -> Shards:
+        return Shards(count, key=("id", "user_id"), databases=spread, generations=list(generations))
+
     class Order(Sharded, Base):
         __tablename__ = "orders"
-        __shards__ = Shards(count, key=("id", "user_id"), databases=spread)
+        __shards__ = shards()
         id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
-        user_id: Mapped[int] = mapped_column(BigInteger)
+        user_id: Mapped[int] = mapped_column(BigInteger, nullable=nullable_keys)
         amount: Mapped[int | None] = mapped_column(Integer)
         status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class Item(Sharded, Base):
         __tablename__ = "items"
-        __shards__ = Shards(count, key=("id", "user_id"), databases=spread)
+        __shards__ = shards()
         id: Mapped[int] = snowflake_pk(ids, gene_from="user_id")
-        user_id: Mapped[int] = mapped_column(BigInteger)
+        user_id: Mapped[int] = mapped_column(BigInteger, nullable=nullable_keys)
         order_id: Mapped[int] = mapped_column(BigInteger)
         qty: Mapped[int] = mapped_column(Integer)
 
@@ -402,14 +421,14 @@ def declare_twin_shop(
     class OrderTwin(Base):
         __tablename__ = "orders_twin"
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-        user_id: Mapped[int] = mapped_column(BigInteger)
+        user_id: Mapped[int] = mapped_column(BigInteger, nullable=nullable_keys)
         amount: Mapped[int | None] = mapped_column(Integer)
         status: Mapped[str | None] = mapped_column(binary_string(8))
 
     class ItemTwin(Base):
         __tablename__ = "items_twin"
         id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-        user_id: Mapped[int] = mapped_column(BigInteger)
+        user_id: Mapped[int] = mapped_column(BigInteger, nullable=nullable_keys)
         order_id: Mapped[int] = mapped_column(BigInteger)
         qty: Mapped[int] = mapped_column(Integer)
 
@@ -426,12 +445,18 @@ def declare_twin_shop(
 
     Base.registry.configure()
     return TwinShop(
-        Base, Models(Order, Item, Note, Status), Models(OrderTwin, ItemTwin, Note, StatusTwin)
+        Base,
+        Models(Order, Item, Note, Status),
+        Models(OrderTwin, ItemTwin, Note, StatusTwin),
+        ids,
+        nullable_keys,
     )
 
 
 def fill_twin_shop(session: ShardedSession, shop: TwinShop) -> None:
-    """The same rows on both sides, committed: 40 orders, 60 items, 4 notes, 3 statuses."""
+    """The same rows on both sides, committed: 40 orders, 60 items, 4 notes, 3 statuses;
+    with nullable keys, 5 orders and 3 items more whose ``user_id`` is NULL
+    (:data:`NULL_KEY_GENES`)."""
     s, t = shop.sharded, shop.twin
     orders = [
         s.Order(
@@ -455,9 +480,64 @@ def fill_twin_shop(session: ShardedSession, shop: TwinShop) -> None:
     session.execute(insert(t.Order), [{c: getattr(o, c) for c in columns} for o in orders])
     columns = ("id", "user_id", "order_id", "qty")
     session.execute(insert(t.Item), [{c: getattr(i, c) for c in columns} for i in items])
+    if shop.nullable_keys:
+        _add_null_keys(session, shop, [o.id for o in orders])
     session.execute(insert(t.Status), list(REFERENCE_STATUSES))
     session.execute(insert(s.Note), [{"id": u, "label": f"u{u}"} for u in TWIN_USERS[::2]])
     session.commit()
+
+
+TWIN_SWITCH = datetime(2027, 1, 1, tzinfo=timezone.utc)
+"""When the second layout of a twin shop with generations (:func:`twin_generations`) starts."""
+
+
+class TwoEras:
+    """An ID issuer (:data:`LAYOUT`) whose IDs fall 30 days before and just after
+    :data:`TWIN_SWITCH`, three at a time alternately, each era on its own manual clock: a
+    twin shop with generations has each user's rows in both (its order ``i`` belongs to
+    user ``i % 8``)."""
+
+    def __init__(self) -> None:
+        switch_ms = int(TWIN_SWITCH.timestamp() * 1000)
+        self._clocks = [ManualClock(switch_ms - 30 * 86_400_000), ManualClock(switch_ms + 1000)]
+        self._eras = [Snowflake(LAYOUT, worker=w, clock=c, sleep=c.sleep) for w, c in zip((4, 5), self._clocks)]
+        self._issued = 0
+
+    @property
+    def layout(self) -> Layout:
+        return LAYOUT
+
+    def next_id(self, gene: object = None) -> int:
+        era = self._issued // 3 % 2
+        self._issued += 1
+        self._clocks[era].advance(1)
+        return self._eras[era].next_id(gene)
+
+
+def twin_generations(databases: int) -> list[Generation]:
+    """A second layout for a twin shop of 4 tables: 8 tables from :data:`TWIN_SWITCH`, spread
+    over ``databases`` as the first layout's are."""
+    return [Generation(TWIN_SWITCH, 8, databases=split_databases(8, databases))]
+
+
+NULL_KEY_GENES = (0, 1, 3, 3, 2)
+"""The genes of the IDs of a nullable-key twin shop's orders whose ``user_id`` is NULL
+(such a row is stored by its ID: one in each of tables 0-2 and two in table 3 of four)."""
+
+
+def _add_null_keys(session: ShardedSession, shop: TwinShop, order_ids: list[int]) -> None:
+    """Orders and items whose ``user_id`` is NULL, on both sides (:func:`fill_twin_shop`)."""
+    orders = [
+        {"id": shop.ids.next_id(gene=g), "user_id": None, "amount": a, "status": c}
+        for g, a, c in zip(NULL_KEY_GENES, (3, None, 5, 12, 5), ("new", "paid", None, "sent", "new"))
+    ]
+    items = [
+        {"id": shop.ids.next_id(gene=g), "user_id": None, "order_id": o, "qty": q}
+        for g, o, q in ((3, orders[0]["id"], 4), (0, orders[3]["id"], 5), (1, order_ids[2], 4))
+    ]
+    for side in (shop.sharded, shop.twin):
+        session.execute(insert(side.Order), orders)
+        session.execute(insert(side.Item), items)
 
 
 # --------------------------------------------------------------------------- world
