@@ -6,7 +6,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, and_, cast, exists, func, insert, or_, select
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    and_,
+    cast,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, mapped_column
 
 from snowshard.orm import id_time, snowflake_pk
@@ -160,6 +172,40 @@ def test_unsharded_join_across_databases_is_refused(two_db: Setup) -> None:
         lambda m: select(m.id).where(m.user_id.in_(select(note.id))),
         "not sharded and lives in one database",
     )
+
+
+_WRITES_BY_NOTES = {
+    "update of all shards": lambda m, note: update(m)
+    .where(m.user_id.in_(select(note.id)))
+    .values(amount=0),
+    "delete of all shards": lambda m, note: delete(m).where(m.user_id.in_(select(note.id))),
+    "update of one shard": lambda m, note: update(m)
+    .where(m.user_id == USERS[2], m.user_id.in_(select(note.id)))
+    .values(amount=0),
+}
+
+
+@pytest.mark.parametrize("write", list(_WRITES_BY_NOTES))
+@pytest.mark.parametrize(
+    "where", ["two_db", pytest.param("two_pg", marks=pytest.mark.postgres)]
+)
+def test_unsharded_filter_of_a_write_across_databases_is_refused(
+    request: pytest.FixtureRequest, where: str, write: str
+) -> None:
+    """An UPDATE or DELETE of a sharded model filtered by an unsharded table of another
+    database is refused before any SQL (it once reached a shard's database, which has no
+    such table), and changes nothing."""
+    setup: Setup = request.getfixturevalue(where)
+    s = setup.schema
+    with setup.session() as session:
+        before = _rows_of(session.execute(select(s.Order.id, s.Order.amount).order_by(s.Order.id)))
+        setup.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match="not sharded and lives in one database"):
+            session.execute(_WRITES_BY_NOTES[write](s.Order, s.Note))
+        assert setup.sent == []
+        session.commit()
+        after = _rows_of(session.execute(select(s.Order.id, s.Order.amount).order_by(s.Order.id)))
+    assert after == before and len(after) == 40
 
 
 def test_unsharded_filter_in_one_database_is_exact(one_db: Setup) -> None:

@@ -354,7 +354,7 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
 
 
 def plan_dml(
-    statement: Any, models: Sequence[ShardedModel], route_: Route, dialect: str
+    session: Any, statement: Any, models: Sequence[ShardedModel], route_: Route, dialect: str
 ) -> Plan:
     """The plan of an UPDATE or DELETE on ``dialect``: one statement per shard it needs."""
     if len(models) != 1:
@@ -370,6 +370,7 @@ def plan_dml(
         check_dml_modifiers(statement, dialect)
     if statement.is_update:
         _check_assignments(statement, model, shards)
+    _check_unsharded(session, statement, models, {model.database_of(s) for s in shards})
     steps = [
         Step(model.database_of(shard), (shard,), _rewrite(statement, models, (shard,), route_, shard))
         for shard in shards
@@ -430,7 +431,7 @@ def plan_statement(
     if statement.is_select:
         return plan_select(session, statement, found, route_)
     if statement.is_update or statement.is_delete:
-        return plan_dml(statement, found, route_, dialect)
+        return plan_dml(session, statement, found, route_, dialect)
     raise UnsupportedShardQuery(f"cannot route {type(statement).__name__} statements")
 
 
