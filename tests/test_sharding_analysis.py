@@ -301,6 +301,101 @@ def test_models_joined_on_keys_equal_one_table(shop: Setup) -> None:
         assert got == twin and twin
 
 
+# --------------------------------------------------------------------------- writes reading items
+
+_WRITES_READING_ITEMS = {
+    "DELETE WHERE NOT EXISTS items on both keys": lambda o, i: delete(o).where(
+        ~exists(select(i.id).where(i.user_id == o.user_id, i.order_id == o.id, i.qty > 2))
+    ),
+    "UPDATE SET a count of the order's items": lambda o, i: update(o).values(
+        amount=select(func.count())
+        .where(i.user_id == o.user_id, i.order_id == o.id)
+        .scalar_subquery()
+    ),
+    "UPDATE WHERE key IN (SELECT key of items)": lambda o, i: update(o)
+    .where(o.user_id.in_(select(i.user_id).where(i.qty >= 5)))
+    .values(amount=-1),
+    "DELETE of one shard WHERE EXISTS items": lambda o, i: delete(o).where(
+        o.user_id == USERS[2], exists(select(i.id).where(i.user_id == o.user_id, i.qty > 3))
+    ),
+}
+
+
+def _written(shop: Setup, build: Any) -> tuple[list[Any], list[Any]]:
+    """(rowcount, then every order) after ``build(order, item)`` on each side, rolled back."""
+    s = shop.schema
+    outcomes = []
+    with shop.session() as session:
+        for o, i in ((s.Order, s.Item), (s.OrderTwin, s.ItemTwin)):
+            count = session.execute(build(o, i)).rowcount
+            rows = session.execute(select(o.id, o.user_id, o.amount).order_by(o.id))
+            outcomes.append([(count,), *_rows_of(rows)])
+        session.rollback()
+    return outcomes[0], outcomes[1]
+
+
+@pytest.mark.parametrize("name", list(_WRITES_READING_ITEMS))
+def test_a_write_reading_items_on_the_shard_key_equals_one_table(shop: Setup, name: str) -> None:
+    """An UPDATE or DELETE of orders that reads items in a subquery correlated on the shard
+    key, or as key IN (SELECT key), runs table by table (orders_k with items_k) and changes
+    what one table changes (it was refused: one sharded model per write)."""
+    shop.sent.clear()
+    got, twin = _written(shop, _WRITES_READING_ITEMS[name])
+    assert got == twin and twin[0] != (0,)
+    writes = [sql for sql in shop.sent if sql.startswith(("UPDATE orders_0", "DELETE FROM orders_0"))]
+    assert writes
+    for sql in writes:
+        orders = {k for k in range(4) if f"orders_0{k}" in sql}
+        items = {k for k in range(4) if f"items_0{k}" in sql}
+        assert len(orders) == 1 and items == orders, sql
+
+
+_WRITES_READING_ITEMS_OTHERWISE = {
+    "UPDATE ... FROM items": (
+        lambda o, i: update(o)
+        .where(o.user_id == i.user_id, o.id == i.order_id)
+        .values(amount=i.qty),
+        "outside a subquery",
+    ),
+    "DELETE WHERE id IN (SELECT a column of items that is no key)": (
+        lambda o, i: delete(o).where(o.id.in_(select(i.order_id).where(i.qty > 3))),
+        "without being correlated",
+    ),
+    "UPDATE WHERE EXISTS items of the same order only": (
+        lambda o, i: update(o)
+        .where(exists(select(i.id).where(i.order_id == o.id)))
+        .values(amount=0),
+        "shard keys",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_WRITES_READING_ITEMS_OTHERWISE))
+def test_a_write_reading_items_otherwise_is_refused(shop: Setup, name: str) -> None:
+    """A write that names items outside a subquery (UPDATE ... FROM), or reads them in a
+    subquery not tied to the order's shard key (shard k's items would miss the others), is
+    refused before any SQL and changes nothing."""
+    build, match = _WRITES_READING_ITEMS_OTHERWISE[name]
+    s = shop.schema
+    shop.sent.clear()
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+        session.execute(build(s.Order, s.Item))
+    assert shop.sent == []
+
+
+def test_a_write_correlated_with_an_unsharded_table_equals_one_table(one_db: Setup) -> None:
+    """In one database, a write whose EXISTS reads an unsharded table correlated with the
+    written order runs on each shard (it was refused as an uncorrelated subquery)."""
+    note = one_db.schema.Note
+    got, twin = _written(
+        one_db,
+        lambda o, i: update(o)
+        .where(exists(select(note.id).where(note.id == o.user_id)))
+        .values(amount=o.amount + 100),
+    )
+    assert got == twin and twin[0] == (20,)
+
+
 # --------------------------------------------------------------------------- derived tables
 
 

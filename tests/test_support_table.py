@@ -521,9 +521,31 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("exact", lambda w: update(w.Order).where(w.Order.amount > 6).values(amount=0)),
         Example("exact", lambda w: delete(w.Order).where(w.Order.status == "paid")),
         Example(
+            "exact",
+            lambda w: delete(w.Order).where(
+                ~exists(
+                    select(w.Item.id).where(
+                        w.Item.user_id == w.Order.user_id, w.Item.order_id == w.Order.id, w.Item.qty > 2
+                    )
+                )
+            ),
+        ),
+        Example(
+            "exact",
+            lambda w: update(w.Order)
+            .where(w.Order.user_id.in_(select(w.Item.user_id).where(w.Item.qty >= 5)))
+            .values(amount=0),
+        ),
+        Example(
             "refused",
             lambda w: update(w.Order).values(amount=0).with_dialect_options(mysql_limit=2),
             backends=("mysql",),
+        ),
+        Example(
+            "refused",
+            lambda w: update(w.Order)
+            .where(w.Order.user_id == w.Item.user_id, w.Order.id == w.Item.order_id)
+            .values(amount=w.Item.qty),
         ),
     ],
     "INSERT (one row, `insert(Order), rows`)": [

@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, Delete, Table, Update
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -100,6 +100,7 @@ __all__ = [
     "exists_selects",
     "function_kind",
     "models_named",
+    "models_outside_subqueries",
     "selected_entities",
     "unsharded_tables",
     "walk",
@@ -180,6 +181,18 @@ def models_named(element: Any) -> list[ShardedModel]:
     or through a column (a subquery whose FROM list SQLAlchemy derives from its columns)."""
     found: list[ShardedModel] = []
     for item in walk(element, nested=True):
+        table = item.table if isinstance(item, ColumnClause) else item
+        model = model_of_table(table) if isinstance(table, Table) else None
+        if model is not None and model not in found:
+            found.append(model)
+    return found
+
+
+def models_outside_subqueries(element: Any) -> list[ShardedModel]:
+    """The sharded models whose logical tables ``element`` names other than inside its
+    subqueries (:func:`models_named` without them)."""
+    found: list[ShardedModel] = []
+    for item in walk(element):
         table = item.table if isinstance(item, ColumnClause) else item
         model = model_of_table(table) if isinstance(table, Table) else None
         if model is not None and model not in found:
@@ -294,7 +307,10 @@ def check_joined_on_keys(statement: Any) -> None:
 
 
 def _from_tables(select: Any) -> set[Any]:
-    """The plain tables in the FROM list of ``select`` (joins included), as it stands alone."""
+    """The plain tables in the FROM list of ``select`` (joins included), as it stands alone;
+    of an UPDATE or DELETE, its table (which its subqueries correlate with)."""
+    if isinstance(select, (Update, Delete)):
+        return {deannotated(select.table)}
     found: set[Any] = set()
     stack = list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
     while stack:

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import (
+    deannotated,
     forget_clone_origin,
     has_options,
     hand_back_parameters,
@@ -51,6 +52,7 @@ from snowshard.sharding.analysis import (
     check_joined_on_keys,
     check_nested,
     check_outer_joins,
+    models_outside_subqueries,
     unsharded_tables,
 )
 from snowshard.sharding.bulk import (
@@ -77,7 +79,7 @@ from snowshard.sharding.hints import (
     session_databases,
 )
 from snowshard.sharding.merge import MergePlan
-from snowshard.sharding.model import ShardedModel, model_of_class
+from snowshard.sharding.model import ShardedModel, model_of_class, model_of_table
 from snowshard.sharding.modifiers import check_dml_modifiers
 from snowshard.sharding.plan_cache import cached_plan, is_column_load, shape_models
 from snowshard.sharding.reference import (
@@ -353,16 +355,35 @@ def _check_assignments(statement: Any, model: ShardedModel, shards: Sequence[int
         )
 
 
+def _written(statement: Any, models: Sequence[ShardedModel]) -> ShardedModel:
+    """The model an UPDATE or DELETE writes, when the others it names are read in its
+    subqueries only; refuses UPDATE ... FROM and DELETE ... USING another sharded model."""
+    if len(models) == 1:
+        return models[0]
+    written = model_of_table(deannotated(statement.table))
+    joined = [m for m in models_outside_subqueries(statement) if m is not written]
+    if written is None or joined:
+        raise UnsupportedShardQuery(
+            f"this {'UPDATE' if statement.is_update else 'DELETE'} names "
+            f"{', '.join(m.name for m in joined or models)} outside a subquery (as in UPDATE "
+            "... FROM or DELETE ... USING), which is not supported on sharded models; read "
+            "the other model in a subquery correlated on the shard key (where(exists("
+            "select(Item.id).where(Item.user_id == Order.user_id, ...)))) or through key IN "
+            "(SELECT key ...)"
+        )
+    return written
+
+
 def plan_dml(
     session: Any, statement: Any, models: Sequence[ShardedModel], route_: Route, dialect: str
 ) -> Plan:
-    """The plan of an UPDATE or DELETE on ``dialect``: one statement per shard it needs."""
-    if len(models) != 1:
-        raise UnsupportedShardQuery(
-            "an UPDATE or DELETE may name one sharded model only "
-            f"(this one names {', '.join(m.name for m in models)})"
-        )
-    model = models[0]
+    """The plan of an UPDATE or DELETE on ``dialect``: one statement per shard it needs.
+
+    Other models that shard alike (``check_models``) may be read in its subqueries, each
+    run on the same shard: correlated on the shard key or as ``key IN (SELECT key ...)``
+    (``check_nested`` refuses the rest).
+    """
+    model = _written(statement, models)
     what = "update" if statement.is_update else "delete"
     shards = _shards(models, route_, what)
     check_nested(statement, whole=False)
