@@ -3,14 +3,15 @@ table returns them, checked against the unsharded twin."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import insert
+from sqlalchemy import func, insert, literal, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from snowshard.sharding import UnsupportedShardQuery
+from snowshard.sharding import UnsupportedShardQuery, explain
 from tests.shop_setup import USERS, Setup
 
 ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *reversed(USERS)])]
@@ -86,3 +87,49 @@ def test_parameter_order_with_skipped_rows_is_refused(shop: Setup) -> None:
         with pytest.raises(UnsupportedShardQuery, match="cannot be matched"):
             session.execute(statement, rows)
         session.rollback()
+
+
+_READING_INSERTS = {
+    "a count of orders as a value": (
+        lambda s: insert(s.Order).values(
+            user_id=USERS[0], amount=select(func.count()).select_from(s.Order).scalar_subquery()
+        ),
+        "INSERT INTO orders reads Order in a subquery of its values",
+    ),
+    "a value from items": (
+        lambda s: insert(s.Order).values(
+            user_id=USERS[0], amount=select(func.max(s.Item.qty)).scalar_subquery()
+        ),
+        "INSERT INTO orders reads Item in a subquery of its values",
+    ),
+    "a note whose value reads orders": (
+        lambda s: insert(s.Note).values(
+            id=99, label=select(func.min(s.Order.status)).scalar_subquery()
+        ),
+        "INSERT INTO notes reads Order in a subquery of its values",
+    ),
+    "notes from orders": (
+        lambda s: insert(s.Note).from_select(
+            ["id", "label"], select(s.Order.id, literal("copied")).where(s.Order.amount > 10)
+        ),
+        r"insert\(notes\).from_select\(...\) is not routed",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_READING_INSERTS))
+def test_an_insert_reading_a_sharded_model_is_refused(shop: Setup, name: str) -> None:
+    """An INSERT whose values read a sharded model would read one table's rows (a count of
+    40 orders stored as 10) or a table another database holds: refused before any SQL,
+    naming the table written and the model read, and explain() says so too."""
+    s = shop.schema
+    build, message = _READING_INSERTS[name]
+    statement = build(s)
+    with shop.session() as session:
+        assert re.search(message, explain(session, statement).refused or "")
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=message):
+            session.execute(statement)
+        assert shop.sent == []
+        assert session.scalar(select(func.count()).select_from(s.Order)) == 40
+        assert session.scalar(select(func.count()).select_from(s.Note)) == 4

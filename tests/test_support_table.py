@@ -555,6 +555,24 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: insert(w.Order),
             rows=tuple({"user_id": u, "amount": u % 7, "status": "sent"} for u in (2, 5, 9, 14, 23)),
         ),
+        Example(
+            "refused",
+            lambda w: insert(w.Order).values(
+                user_id=5, amount=select(func.count()).select_from(w.Order).scalar_subquery()
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: insert(w.Order).from_select(
+                ["user_id", "amount"], select(w.Order.user_id, w.Order.amount + 1)
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: insert(w.Order).values(
+                [{"user_id": 5, "amount": 1}, {"user_id": 9, "amount": 2}]
+            ),
+        ),
     ],
 }
 """Row construct (the first cell, as written) -> the examples of its status."""

@@ -99,6 +99,7 @@ __all__ = [
     "describe",
     "exists_selects",
     "function_kind",
+    "models_in_subqueries",
     "models_named",
     "models_outside_subqueries",
     "selected_entities",
@@ -185,6 +186,16 @@ def models_named(element: Any) -> list[ShardedModel]:
         model = model_of_table(table) if isinstance(table, Table) else None
         if model is not None and model not in found:
             found.append(model)
+    return found
+
+
+def models_in_subqueries(statement: Any) -> list[ShardedModel]:
+    """The sharded models whose logical tables ``statement``'s subqueries name."""
+    found: list[ShardedModel] = []
+    for select in _nested_selects(statement):
+        for model in models_named(select):
+            if model not in found:
+                found.append(model)
     return found
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "assigned",
     "bulk_database",
     "merge_results",
+    "check_rows",
     "run_bulk",
     "writing_to",
 ]
@@ -105,18 +106,12 @@ def _rows_by_shard(
     return grouped
 
 
-def run_bulk(
-    state: ORMExecuteState, model: ShardedModel, allowed: Optional[frozenset[int]] = None
-) -> Result[Any]:
-    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard.
-
-    ``allowed``: the shards a hint permits; a row routed elsewhere raises
-    :class:`~snowshard.sharding.errors.ShardHintConflict` before any SQL runs.
-    """
-    statement = state.statement
+def check_rows(statement: Any, written: str) -> None:
+    """Refuse an INSERT whose rows snowshard cannot see before it runs: ``from_select()``,
+    or several rows in ``values([...])``; ``written`` names the model (or table) written."""
     if isinstance(statement, Insert) and insert_select_of(statement) is not None:
         raise UnsupportedShardQuery(
-            f"insert({model.name}).from_select(...) is not routed: each row's ID and table "
+            f"insert({written}).from_select(...) is not routed: each row's ID and table "
             "come from its values, which the database would compute; select the rows, then "
             "pass them as session.execute(insert(Model), [row, ...])"
         )
@@ -125,6 +120,18 @@ def run_bulk(
             "insert().values([...]) with several rows is not routed; pass the rows as "
             "session.execute(insert(Model), [row, ...])"
         )
+
+
+def run_bulk(
+    state: ORMExecuteState, model: ShardedModel, allowed: Optional[frozenset[int]] = None
+) -> Result[Any]:
+    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard
+    (the statement checked by ``execute.check_rows_written``, which calls :func:`check_rows`).
+
+    ``allowed``: the shards a hint permits; a row routed elsewhere raises
+    :class:`~snowshard.sharding.errors.ShardHintConflict` before any SQL runs.
+    """
+    statement = state.statement
     parameters: Any = state.parameters
     rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
     if isinstance(statement, Insert) and not state.is_executemany:

@@ -52,12 +52,14 @@ from snowshard.sharding.analysis import (
     check_joined_on_keys,
     check_nested,
     check_outer_joins,
+    models_in_subqueries,
     models_outside_subqueries,
     unsharded_tables,
 )
 from snowshard.sharding.bulk import (
     BIND_KEY,
     assigned,
+    check_rows,
     merge_results,
     run_bulk,
     writing_to,
@@ -97,6 +99,7 @@ __all__ = [
     "Plan",
     "Step",
     "check_models",
+    "check_rows_written",
     "plan_dml",
     "plan_select",
     "plan_statement",
@@ -574,6 +577,34 @@ def route_first(
     return step.statement, _with_values(values, params), bind
 
 
+def check_rows_written(session: Any, statement: Any, models: Sequence[ShardedModel]) -> None:
+    """Refuse, before any SQL, an INSERT (or bulk UPDATE by primary key) that cannot be
+    written row by row: one whose values read a sharded model, that writes no sharded model
+    or names two, reads an unsharded table across databases, or whose rows come from the
+    database (``from_select()``, several rows in ``values([...])``).
+
+    Each row is written to its own table, where a subquery in its values would read that
+    table's rows only (a count of one shard), or a table of another database.
+    """
+    check_models(statement, models)
+    verb = "INSERT INTO" if statement.is_insert else "UPDATE"
+    table = deannotated(statement.table)
+    written = model_of_table(table)
+    check_rows(statement, written.name if written is not None else table.name)
+    read = models_in_subqueries(statement)
+    if read or written is None:
+        raise UnsupportedShardQuery(
+            f"{verb} {table.name} reads {', '.join(m.name for m in read or models)} in a "
+            "subquery of its values: each row is written to one table, where the subquery "
+            "would read only that table's rows (or none, in another database); run the "
+            "SELECT first and pass its result as a value"
+        )
+    if len(models) != 1:
+        raise UnsupportedShardQuery("an INSERT may name one sharded model only")
+    model = models[0]
+    _check_unsharded(session, statement, models, {d for d, i in model.spec.databases.items() if i})
+
+
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     options = state.execution_options  # a new merged dict each time it is read
@@ -590,9 +621,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     parameters = state.parameters
     many = isinstance(parameters, list)  # ORMExecuteState.is_executemany, read once
     if statement.is_insert or (many and statement.is_update):
-        check_models(statement, models)
-        if len(models) != 1:
-            raise UnsupportedShardQuery("an INSERT may name one sharded model only")
+        check_rows_written(session, statement, models)
         check_string_keys(models[0], _dialect(session, models[0]))
         allowed = None
         if hint is not None:

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import BindParameter
 from snowshard.sharding.bulk import assigned
 from snowshard.sharding.errors import ShardingError
 from snowshard.sharding.evaluate import BY_VALUE
-from snowshard.sharding.execute import Plan, Step, plan_statement
+from snowshard.sharding.execute import Plan, Step, check_rows_written, plan_statement
 from snowshard.sharding.hints import Hint, hint_of
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel
@@ -295,6 +295,7 @@ def explain(
         if not models:
             return _unsharded(session, statement, kind, hint)
         if isinstance(statement, Insert):
+            check_rows_written(session, statement, models)
             return _insert(session, statement, models[0], hint)
         plan = plan_statement(session, statement, params or {}, hint, models)
     except ShardingError as exc:
