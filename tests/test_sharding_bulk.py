@@ -133,3 +133,23 @@ def test_an_insert_reading_a_sharded_model_is_refused(shop: Setup, name: str) ->
         assert shop.sent == []
         assert session.scalar(select(func.count()).select_from(s.Order)) == 40
         assert session.scalar(select(func.count()).select_from(s.Note)) == 4
+
+
+def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) -> None:
+    """ON CONFLICT DO UPDATE (ON DUPLICATE KEY UPDATE on MariaDB) setting a count of the
+    orders would count the conflicting row's table only: refused before any SQL."""
+    s = shop.schema
+    count = select(func.count()).select_from(s.Order).scalar_subquery()
+    with shop.session() as session:
+        existing = session.execute(select(s.Order.id, s.Order.user_id).limit(1)).one()
+        row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
+        if shop.name.startswith("mysql"):
+            statement = mysql.insert(s.Order).values(row).on_duplicate_key_update(amount=count)
+        else:
+            dialect = postgresql if shop.name.startswith("postgresql") else sqlite
+            statement = dialect.insert(s.Order).values(row)
+            statement = statement.on_conflict_do_update(index_elements=["id"], set_={"amount": count})
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match="reads Order in a subquery of its values"):
+            session.execute(statement)
+        assert shop.sent == []
