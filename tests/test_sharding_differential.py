@@ -2,8 +2,9 @@
 UnsupportedShardQuery before any SQL runs.
 
 The configurations (``tests/twin_setups.py``): SQLite, PostgreSQL (one database, two
-databases) and MariaDB (one, two), and the same shop with some ``user_id`` keys NULL, and
-with a second layout generation, on SQLite and across two databases of each server. The
+databases) and MariaDB (one, two), and the same shop with some ``user_id`` keys NULL,
+with a second layout generation, and queried through an AsyncShardedSession, on SQLite and
+across two databases of each server. The
 rows are created once per configuration (a twin shop of ``tests/worlds.py``: sharded
 orders and items, their plain twins, an unsharded ``notes`` table and the reference table
 ``statuses``); each example builds one statement from a grammar (filters on key and
@@ -521,13 +522,13 @@ def compare(setup: Setup, case_: Case) -> None:
     sharded_statement = case_.build(setup.shop.sharded)
     twin_statement = case_.build(setup.shop.twin)
     log = setup.world.log
-    with setup.world.session() as session:
+    # PostgreSQL's own SQL is shown as PostgreSQL renders it (SQLAlchemy 2.0 warns when
+    # DISTINCT ON is rendered for no particular database)
+    dialect = postgresql.dialect() if case_.postgres_only else None
+    shown = f"{setup.name}: {sharded_statement.compile(dialect=dialect)}"
+    with setup.session() as session:
         twin = rows_of(session.execute(twin_statement))
         log.clear()
-        # PostgreSQL's own SQL is shown as PostgreSQL renders it (SQLAlchemy 2.0 warns
-        # when DISTINCT ON is rendered for no particular database)
-        dialect = postgresql.dialect() if case_.postgres_only else None
-        shown = f"{setup.name}: {sharded_statement.compile(dialect=dialect)}"
         try:
             got = rows_of(session.execute(sharded_statement))
         except UnsupportedShardQuery:

@@ -164,7 +164,7 @@ def compare(setup: Setup, write: Write) -> None:
     log = setup.world.log
     statement = write.build(sharded)
     shown = f"{setup.name}: {statement}"
-    with setup.world.session() as session:
+    with setup.session() as session:
         try:
             expected = _applied(session, write.build(twin), write.returning)
         except Exception as exc:  # noqa: BLE001 - the twin's database refused it: not sharding's

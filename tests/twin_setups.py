@@ -1,8 +1,9 @@
 """The configurations of the twin-shop differential tests, and their databases.
 
 Each configuration is a backend, a number of databases and a variant of the twin shop of
-``tests/worlds.py``: as declared, with ``user_id`` NULL in some rows ("nullable"), or with a
-second layout from a later instant ("generations"). :func:`build_setup` creates its
+``tests/worlds.py``: as declared, with ``user_id`` NULL in some rows ("nullable"), with a
+second layout from a later instant ("generations"), or as declared but queried through an
+:class:`~snowshard.sharding.AsyncShardedSession` on asyncio drivers ("async"). :func:`build_setup` creates its
 databases, tables and rows once per test module (the ``setup`` fixture of each module).
 
 :func:`differential` sets a differential test's examples: ``SNOWSHARD_DIFFERENTIAL_EXAMPLES``
@@ -12,15 +13,19 @@ set with ``SNOWSHARD_DIFFERENTIAL_SEED=N``, to look further afield.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, seed, settings
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tests.backends import DatabaseFactory
+from snowshard.sharding import AsyncShardedSession
+from snowshard.spec import DEFAULT_DATABASE
+from tests.backends import DatabaseFactory, async_url
 from tests.worlds import (
     SqlLog,
     TwinShop,
@@ -32,7 +37,9 @@ from tests.worlds import (
     twin_generations,
 )
 
-__all__ = ["CONFIGS", "EXAMPLES", "Setup", "build_setup", "differential"]
+__all__ = ["CONFIGS", "EXAMPLES", "AsyncSide", "BlockingSession", "Setup", "build_setup", "differential"]
+
+_T = TypeVar("_T")
 
 EXAMPLES = int(os.environ.get("SNOWSHARD_DIFFERENTIAL_EXAMPLES", "300"))
 SEED = os.environ.get("SNOWSHARD_DIFFERENTIAL_SEED")
@@ -40,12 +47,54 @@ SEED = os.environ.get("SNOWSHARD_DIFFERENTIAL_SEED")
 
 
 @dataclass
+class AsyncSide:
+    """The databases of a world through asyncio engines, and the event loop that runs them."""
+
+    loop: asyncio.AbstractEventLoop
+    engines: dict[str, AsyncEngine]
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return self.loop.run_until_complete(coroutine)
+
+
+class BlockingSession:
+    """An :class:`AsyncShardedSession` over an :class:`AsyncSide`'s engines, driven from
+    sync code: each call runs to completion on the side's loop (``await session.execute``
+    as an application awaits it)."""
+
+    def __init__(self, aio: AsyncSide) -> None:
+        bind = aio.engines.get(DEFAULT_DATABASE) or next(iter(aio.engines.values()))
+        named = {k: e for k, e in aio.engines.items() if k != DEFAULT_DATABASE}
+        self._aio = aio
+        self._session = AsyncShardedSession(bind, databases=named)
+
+    def execute(self, statement: Any) -> Any:
+        return self._aio.run(self._session.execute(statement))
+
+    def rollback(self) -> None:
+        self._aio.run(self._session.rollback())
+
+    def __enter__(self) -> BlockingSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._aio.run(self._session.close())
+
+
+@dataclass
 class Setup:
-    """One configuration: the twin shop on its world (whose log holds the SQL sent)."""
+    """One configuration: the twin shop on its world (whose log holds the SQL sent), and
+    for the "async" variant the same databases through asyncio engines."""
 
     name: str
     shop: TwinShop
     world: World
+    aio: AsyncSide | None = None
+
+    def session(self) -> Any:
+        """A new sharded session over every database: a :class:`ShardedSession`, or for the
+        "async" variant a :class:`BlockingSession`."""
+        return self.world.session() if self.aio is None else BlockingSession(self.aio)
 
 
 CONFIGS = [
@@ -64,6 +113,9 @@ CONFIGS = [
         ("postgresql", 2, "generations"), id="postgresql-2-generations", marks=pytest.mark.postgres
     ),
     pytest.param(("mysql", 2, "generations"), id="mariadb-2-generations", marks=pytest.mark.mysql),
+    pytest.param(("sqlite", 1, "async"), id="sqlite-async"),
+    pytest.param(("postgresql", 2, "async"), id="postgresql-2-async", marks=pytest.mark.postgres),
+    pytest.param(("mysql", 2, "async"), id="mariadb-2-async", marks=pytest.mark.mysql),
 ]
 """(backend, databases, variant) of each configuration (module docstring)."""
 
@@ -88,10 +140,29 @@ def build_setup(
         world = open_world(factory, shop.base, backend, log=log, bind_apart=True)
         with world.session() as session:
             fill_twin_shop(session, shop)
-        yield Setup("-".join(filter(None, (backend, str(count), variant))), shop, world)
+        name = "-".join(filter(None, (backend, str(count), variant)))
+        if variant != "async":
+            yield Setup(name, shop, world)
+            return
+        aio = _async_side(world)
+        try:
+            yield Setup(name, shop, world, aio)
+        finally:
+            for engine in aio.engines.values():
+                aio.run(engine.dispose())
+            aio.loop.close()
     finally:
         log.close()
         factory.cleanup()
+
+
+def _async_side(world: World) -> AsyncSide:
+    engines: dict[str, AsyncEngine] = {}
+    for key, engine in world.engines.items():
+        url = async_url(engine.url.render_as_string(hide_password=False))
+        engines[key] = create_async_engine(url)
+        world.log.watch(engines[key], key)
+    return AsyncSide(asyncio.new_event_loop(), engines)
 
 
 def differential(test: Callable[..., None]) -> Callable[..., None]:
