@@ -3,8 +3,8 @@ on one plain table, or raise a named refusal before any SQL runs.
 
 The configurations are those of the read differential (``tests/twin_setups.py``). Each
 example builds one statement from a grammar for both sides of the twin shop: UPDATE (of
-non-key columns, from constants, the row's own columns, CASE or a correlated count of its
-items; or of the shard key) or DELETE, as an ORM or a Core statement, with or without
+non-key columns, from constants, the row's own columns, CASE, a correlated count of its
+items or the reference table; or of the shard key) or DELETE, as an ORM or a Core statement, with or without
 RETURNING and a ``synchronize_session`` strategy, filtered by key and non-key conditions,
 ID time ranges, and IN/EXISTS/scalar subqueries over the items, the orders themselves,
 the reference table and the unsharded ``notes``. It runs the twin's statement, then the
@@ -53,6 +53,7 @@ _FILTERS: list[Callable[[Models], Any]] = [
     lambda w: w.Order.status == "paid",
     lambda w: w.Order.status.is_(None),
     lambda w: w.Order.user_id.is_(None),
+    lambda w: w.Order.user_id == USERS[2],
     lambda w: id_since(w.Order.id, LAYOUT, TWIN_SWITCH),
 ]
 """Plain conditions on the orders: key equality, key IN, non-key columns, an ID time range."""
@@ -70,6 +71,10 @@ _SUBQUERIES: list[Callable[[Models], Any]] = [
         )
     ),
     lambda w: ~exists(select(w.Item.id).where(w.Item.order_id == w.Order.id, w.Item.qty > 4)),
+    # correlated on the user only: a comparison, and the order's ID among its user's items
+    lambda w: w.Order.amount
+    < select(func.max(w.Item.qty)).where(w.Item.user_id == w.Order.user_id).scalar_subquery(),
+    lambda w: w.Order.id.in_(select(w.Item.order_id).where(w.Item.user_id == w.Order.user_id)),
     # an aggregate over all orders (the twin's database may refuse a subquery on the table
     # being changed)
     lambda w: w.Order.amount > _all_orders(w, func.avg),
@@ -96,6 +101,14 @@ _VALUES: list[Callable[[Models], dict[str, Any]]] = [
         .scalar_subquery()
     },
     lambda w: {"amount": select(func.count()).where(w.Item.order_id == w.Order.id).scalar_subquery()},
+    # from the reference table, whose copy each database holds
+    lambda w: {
+        "status": select(w.Status.code)
+        .where(w.Status.grp == "open")
+        .order_by(w.Status.code)
+        .limit(1)
+        .scalar_subquery()
+    },
     # the shard key: the same value (no row moves), or another (rows would move)
     lambda w: {"user_id": w.Order.user_id, "amount": 7},
     lambda w: {"user_id": USERS[2]},
