@@ -30,6 +30,7 @@ from sqlalchemy.sql.selectable import _OffsetLimitParam
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
+    "UPSERT_CLAUSES_RETARGETED",
     "KeyedSubquery",
     "LabelReference",
     "PaddedWeight",
@@ -82,6 +83,7 @@ __all__ = [
     "slot_parameter",
     "suffixes_of",
     "syntax_extensions_of",
+    "upsert_clauses_of",
     "variant_for",
     "without_having",
 ]
@@ -202,6 +204,33 @@ def suffixes_of(statement: Any) -> list[tuple[str, str | None]]:
 def insert_select_of(statement: Any) -> Any:
     """The SELECT of an ``insert().from_select()``, or None (``select``, all versions)."""
     return getattr(statement, "select", None)
+
+
+def upsert_clauses_of(statement: Any) -> list[Any]:
+    """The expressions of an INSERT's ON CONFLICT DO UPDATE (PostgreSQL, SQLite) or ON
+    DUPLICATE KEY UPDATE (MySQL) clause: its SET values and WHERE.
+
+    ``_post_values_clause`` holds the clause in every version; SQLAlchemy 2.0's traversal
+    (``get_children``, cloning) does not enter it (2.1's does), so walks of the statement
+    that must see every table it names add these.
+    """
+    clause = getattr(statement, "_post_values_clause", None)
+    if clause is None:
+        return []
+    found: list[Any] = []
+    for attribute in ("update_values_to_set", "update"):  # PG/SQLite; MySQL
+        values = getattr(clause, attribute, None)
+        if isinstance(values, dict):
+            found.extend(values.values())
+        elif isinstance(values, (list, tuple)):
+            found.extend(value for _, value in values)
+    found.append(getattr(clause, "update_whereclause", None))
+    return [value for value in found if isinstance(value, sqlalchemy.ClauseElement)]
+
+
+UPSERT_CLAUSES_RETARGETED = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+"""Whether cloning an INSERT copies its upsert clause (:func:`upsert_clauses_of`), so the
+model's columns named there can be retargeted to a physical table (SQLAlchemy 2.1 on)."""
 
 
 def has_options(statement: Any) -> bool:

@@ -19,6 +19,9 @@ ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *revers
 
 SORTED_RETURNING = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3]) >= (2, 0, 10)
 """Whether ``returning(sort_by_parameter_order=True)`` exists (new in SQLAlchemy 2.0.10)."""
+SHARDED_UPSERTS = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+"""Whether an upsert clause naming the model's columns can run on shards (SQLAlchemy 2.1
+copies the clause with the statement; 2.0 does not)."""
 
 
 def _given() -> list[tuple[int, int]]:
@@ -153,3 +156,38 @@ def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) ->
         with pytest.raises(UnsupportedShardQuery, match="reads Order in a subquery of its values"):
             session.execute(statement)
         assert shop.sent == []
+
+
+def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) -> None:
+    """ON CONFLICT DO UPDATE (ON DUPLICATE KEY UPDATE) SET amount = orders.amount + 100:
+    SQLAlchemy 2.1 copies the clause with the statement, so it is pointed at the row's table
+    and the row reads like the twin's; 2.0 does not, so it is refused before any SQL, naming
+    insert.excluded as the way out (it once reached the database naming the logical table)."""
+    s = shop.schema
+    with shop.session() as session:
+        existing = session.execute(
+            select(s.Order.id, s.Order.user_id, s.Order.amount)
+            .where(s.Order.amount.is_not(None))
+            .limit(1)
+        ).one()
+        outcomes = []
+        for model in (s.OrderTwin, s.Order):
+            row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
+            if shop.name.startswith("mysql"):
+                statement = mysql.insert(model).values(row)
+                statement = statement.on_duplicate_key_update(amount=model.amount + 100)
+            else:
+                dialect = postgresql if shop.name.startswith("postgresql") else sqlite
+                statement = dialect.insert(model).values(row).on_conflict_do_update(
+                    index_elements=["id"], set_={"amount": model.amount + 100}
+                )
+            shop.sent.clear()
+            if model is s.Order and not SHARDED_UPSERTS:
+                with pytest.raises(UnsupportedShardQuery, match="insert.excluded"):
+                    session.execute(statement)
+                assert shop.sent == []
+                return
+            session.execute(statement)
+            outcomes.append(session.scalar(select(model.amount).where(model.id == existing.id)))
+        session.rollback()
+    assert outcomes == [existing.amount + 100] * 2

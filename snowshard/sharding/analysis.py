@@ -84,6 +84,7 @@ from snowshard._compat import (
     replacement_blocked,
     suffixes_of,
     syntax_extensions_of,
+    upsert_clauses_of,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_table
@@ -190,9 +191,11 @@ def models_named(element: Any) -> list[ShardedModel]:
 
 
 def models_in_subqueries(statement: Any) -> list[ShardedModel]:
-    """The sharded models whose logical tables ``statement``'s subqueries name."""
+    """The sharded models whose logical tables ``statement``'s subqueries name (an
+    INSERT's ON CONFLICT / ON DUPLICATE KEY UPDATE clause included)."""
     found: list[ShardedModel] = []
-    for select in _nested_selects(statement):
+    upserts = [s for c in upsert_clauses_of(statement) for s in walk(c, nested=True)]
+    for select in [*_nested_selects(statement), *(s for s in upserts if isinstance(s, SelectBase))]:
         for model in models_named(select):
             if model not in found:
                 found.append(model)

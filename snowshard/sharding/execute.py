@@ -29,12 +29,14 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Integer, Select, literal
+from sqlalchemy import __version__ as sqlalchemy_version
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError, InvalidRequestError
 from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import (
+    UPSERT_CLAUSES_RETARGETED,
     deannotated,
     forget_clone_origin,
     has_options,
@@ -45,6 +47,7 @@ from snowshard._compat import (
     plugin_subject_of,
     returns_tuples,
     session_execution_options,
+    upsert_clauses_of,
 )
 from snowshard.sharding.analysis import (
     check_aliases,
@@ -53,6 +56,7 @@ from snowshard.sharding.analysis import (
     check_nested,
     check_outer_joins,
     models_in_subqueries,
+    models_named,
     models_outside_subqueries,
     unsharded_tables,
 )
@@ -602,6 +606,14 @@ def check_rows_written(session: Any, statement: Any, models: Sequence[ShardedMod
     if len(models) != 1:
         raise UnsupportedShardQuery("an INSERT may name one sharded model only")
     model = models[0]
+    upserts = upsert_clauses_of(statement)
+    if not UPSERT_CLAUSES_RETARGETED and any(models_named(c) for c in upserts):
+        raise UnsupportedShardQuery(
+            f"the ON CONFLICT / ON DUPLICATE KEY UPDATE clause of this {verb} {table.name} "
+            f"names {model.name}'s columns, which SQLAlchemy {sqlalchemy_version} cannot "
+            "point at the row's table (2.1 can); refer to the row's new values through "
+            "insert.excluded (MySQL: insert.inserted), or upgrade SQLAlchemy"
+        )
     _check_unsharded(session, statement, models, {d for d, i in model.spec.databases.items() if i})
 
 
