@@ -342,7 +342,8 @@ def test_a_write_reading_items_on_the_shard_key_equals_one_table(shop: Setup, na
     shop.sent.clear()
     got, twin = _written(shop, _WRITES_READING_ITEMS[name])
     assert got == twin and twin[0] != (0,)
-    writes = [sql for sql in shop.sent if sql.startswith(("UPDATE orders_0", "DELETE FROM orders_0"))]
+    shard_writes = ("UPDATE orders_0", "DELETE FROM orders_0")
+    writes = [sql for sql in shop.sent if sql.startswith(shard_writes)]
     assert writes
     for sql in writes:
         orders = {k for k in range(4) if f"orders_0{k}" in sql}

@@ -151,7 +151,9 @@ def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) ->
         else:
             dialect = postgresql if shop.name.startswith("postgresql") else sqlite
             statement = dialect.insert(s.Order).values(row)
-            statement = statement.on_conflict_do_update(index_elements=["id"], set_={"amount": count})
+            statement = statement.on_conflict_do_update(
+                index_elements=["id"], set_={"amount": count}
+            )
         shop.sent.clear()
         with pytest.raises(UnsupportedShardQuery, match="reads Order in a subquery of its values"):
             session.execute(statement)

@@ -4,15 +4,15 @@ on one plain table, or raise a named refusal before any SQL runs.
 The configurations are those of the read differential (``tests/twin_setups.py``). Each
 example builds one statement from a grammar for both sides of the twin shop: UPDATE (of
 non-key columns, from constants, the row's own columns, CASE, a correlated count of its
-items or the reference table; or of the shard key) or DELETE, as an ORM or a Core statement, with or without
-RETURNING and a ``synchronize_session`` strategy, filtered by key and non-key conditions,
-ID time ranges, and IN/EXISTS/scalar subqueries over the items, the orders themselves,
-the reference table and the unsharded ``notes``. It runs the twin's statement, then the
-sharded one, in one session, and compares the rowcount, the rows returned and every row
-of both tables afterwards; then rolls back. A statement the twin's database itself
-rejects (MariaDB's UPDATE ... RETURNING, a subquery on the table being changed, an
-unevaluable ``synchronize_session='evaluate'``) says nothing about sharding and is
-skipped. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` and ``SNOWSHARD_DIFFERENTIAL_SEED`` work as
+items or the reference table; or of the shard key) or DELETE, as an ORM or a Core statement,
+with or without RETURNING and a ``synchronize_session`` strategy, filtered by key and
+non-key conditions, ID time ranges, and IN/EXISTS/scalar subqueries over the items, the
+orders themselves, the reference table and the unsharded ``notes``. It runs the twin's
+statement, then the sharded one, in one session, and compares the rowcount, the rows
+returned and every row of both tables afterwards; then rolls back. A statement the twin's
+database itself rejects (MariaDB's UPDATE ... RETURNING, a subquery on the table being
+changed, an unevaluable ``synchronize_session='evaluate'``) says nothing about sharding and
+is skipped. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` and ``SNOWSHARD_DIFFERENTIAL_SEED`` work as
 for the read differential.
 """
 

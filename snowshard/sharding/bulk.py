@@ -32,8 +32,8 @@ __all__ = [
     "HINT_OPTIONS",
     "assigned",
     "bulk_database",
-    "merge_results",
     "check_rows",
+    "merge_results",
     "run_bulk",
     "writing_to",
 ]
