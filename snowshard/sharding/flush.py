@@ -1,5 +1,10 @@
 """The ``before_flush`` hook: every new or changed sharded row still belongs where it is.
 
+A SQL expression set on an attribute (``order.amount = Order.amount + 1``, the ORM's way
+to compute a value in the UPDATE) names the logical model; it is pointed at the row's own
+table here. One that reads a sharded model in a subquery, or names another model, is
+refused: it would read the row's table only.
+
 Raised here, an error precedes any SQL of the flush: a row built without a shard key,
 a key changed to another shard's value (moving rows is not an update), a key set to
 None, or a NULL gene parent for an ID still to be issued. With generations
@@ -14,11 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ClauseElement
 
+from snowshard.sharding.analysis import models_in_subqueries, models_outside_subqueries
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.declare import ROUTED_KEYS
-from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged
+from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_class
+from snowshard.sharding.rewrite import Target, retarget
 
 __all__ = ["check_flush"]
 
@@ -40,6 +48,7 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
             checked.add(id(model))
             check_string_keys(model, session.get_bind(mapper=model.mappers[shard]).dialect.name)
         values = obj.__dict__  # the ORM keeps loaded attribute values here
+        _point_expressions(obj, model, shard, "new")
         if values.get(ROUTED_KEYS) == tuple(values.get(key) for key in model.keys):
             gene = model.gene_parent
             if gene is None or values.get(gene[0]) is not None or values.get(gene[1]) is not None:
@@ -48,7 +57,26 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
     for obj in session.dirty:
         entry = model_of_class(type(obj))
         if entry is not None and entry[1] is not None:
+            _point_expressions(obj, entry[0], entry[1], "changed")
             _check_row(obj, entry[0], entry[1], "changed")
+
+
+def _point_expressions(obj: Any, model: ShardedModel, shard: int, what: str) -> None:
+    """Point the SQL expressions set on ``obj``'s attributes at its table (module docstring)."""
+    for key, value in list(obj.__dict__.items()):
+        if not isinstance(value, ClauseElement):
+            continue
+        named = models_outside_subqueries(value)
+        read = models_in_subqueries(value)
+        if read or any(m is not model for m in named):
+            raise UnsupportedShardQuery(
+                f"a {what} {model.name} row in {model.tables[shard].name} sets {key} to a SQL "
+                f"expression that reads {', '.join(m.name for m in read or named)}: the "
+                "row's statement runs on its own table, where it would read that table's "
+                "rows only; run the query first and set its result"
+            )
+        if named:
+            setattr(obj, key, retarget(value, {model: Target(model, (shard,))}))
 
 
 def _check_row(obj: Any, model: ShardedModel, shard: int, what: str) -> None:

@@ -10,7 +10,7 @@ narrowed to the values of one shard. Nothing is done to SQL text.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, Union
 
 from sqlalchemy import Table, inspect
 from sqlalchemy.sql.base import Executable
@@ -30,7 +30,8 @@ from snowshard.sharding.routing import KeyTerm
 
 __all__ = ["Target", "narrow", "retarget"]
 
-_S = TypeVar("_S", bound=Executable)
+_S = TypeVar("_S", bound=Union[Executable, ClauseElement])
+"""A statement, or an expression (a value the flush writes)."""
 
 
 class Target:
