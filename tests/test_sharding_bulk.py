@@ -12,7 +12,7 @@ from sqlalchemy import func, insert, literal, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from snowshard.sharding import UnsupportedShardQuery, explain
-from tests.shop_setup import USERS, Setup
+from tests.shop_setup import IDS, USERS, Setup
 
 ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *reversed(USERS)])]
 """Rows of every user twice, so that each table's rows are interleaved with others'."""
@@ -193,3 +193,66 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
             outcomes.append(session.scalar(select(model.amount).where(model.id == existing.id)))
         session.rollback()
     assert outcomes == [existing.amount + 100] * 2
+
+
+# --------------------------------------------------------------------------- legacy bulk methods
+
+
+def _orders(session: Any, model: Any) -> list[tuple[Any, ...]]:
+    query = select(model.id, model.user_id, model.amount).order_by(model.id)
+    return [tuple(r) for r in session.execute(query)]
+
+
+def test_bulk_insert_mappings_writes_each_row_to_its_table(shop: Setup) -> None:
+    """Session.bulk_insert_mappings (legacy) of orders sends each row to its own table and
+    database, like the twin's rows (it once wrote every row through one database's
+    connection: 'no such table')."""
+    s = shop.schema
+    rows = [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 700 + u} for u in USERS]
+    with shop.session() as session:
+        session.bulk_insert_mappings(s.Order, rows)
+        session.bulk_insert_mappings(s.OrderTwin, rows)
+        assert _orders(session, s.Order) == _orders(session, s.OrderTwin)
+        for row in rows:
+            assert session.get(s.Order, row["id"]).user_id == row["user_id"]
+        session.rollback()
+
+
+def test_bulk_update_mappings_updates_each_row_in_its_table(shop: Setup) -> None:
+    """Session.bulk_update_mappings (legacy) by primary key changes the rows the twin's
+    does, each in its own table."""
+    s = shop.schema
+    with shop.session() as session:
+        ids = [row[0] for row in _orders(session, s.OrderTwin)[::5]]
+        changes = [{"id": i, "amount": 500 + n} for n, i in enumerate(ids)]
+        session.bulk_update_mappings(s.Order, changes)
+        session.bulk_update_mappings(s.OrderTwin, changes)
+        assert _orders(session, s.Order) == _orders(session, s.OrderTwin)
+        session.rollback()
+
+
+def test_bulk_save_objects_of_sharded_rows_is_refused(shop: Setup) -> None:
+    """Session.bulk_save_objects (legacy) writes each class through one connection, not
+    each row's database: refused for sharded objects before any SQL, naming the model;
+    unsharded objects are saved as before."""
+    s = shop.schema
+    with shop.session() as session:
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=r"bulk_save_objects\(\) of Order"):
+            objects = [s.Note(id=501, label="x"), s.Order(user_id=USERS[1], amount=1)]
+            session.bulk_save_objects(objects)
+        assert shop.sent == []
+        session.bulk_save_objects([s.Note(id=501, label="x")])
+        assert session.get(s.Note, 501) is not None
+        session.rollback()
+
+
+def test_bulk_insert_mappings_returning_defaults_is_refused(shop: Setup) -> None:
+    """bulk_insert_mappings(..., return_defaults=True) is refused before any SQL, naming
+    session.execute(insert(...).returning(...)) instead."""
+    s = shop.schema
+    with shop.session() as session:
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=r"returning"):
+            session.bulk_insert_mappings(s.Order, [{"user_id": USERS[1]}], return_defaults=True)
+        assert shop.sent == []

@@ -39,7 +39,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, Table, event, inspect
+from sqlalchemy import Engine, Table, event, insert, inspect, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
 from sqlalchemy.orm import Mapper, ORMExecuteState
@@ -52,7 +52,7 @@ from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
 from snowshard.sharding.declare import logical_model
-from snowshard.sharding.errors import UnknownDatabase
+from snowshard.sharding.errors import UnknownDatabase, UnsupportedShardQuery
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
 from snowshard.sharding.flush import check_flush
 from snowshard.sharding.logical_guard import guard
@@ -340,6 +340,53 @@ class ShardedSession(RoutingSession):
         if found is None:
             raise NoResultFound("No row was found when one was required")
         return found
+
+
+    def bulk_insert_mappings(
+        self, mapper: Any, mappings: Any, return_defaults: bool = False, render_nulls: bool = False
+    ) -> None:
+        """:meth:`Session.bulk_insert_mappings` (legacy); for a sharded model, the rows go
+        to their tables as ``session.execute(insert(Order), rows)`` sends them."""
+        model = _sharded_model_of(mapper)
+        if model is None:
+            super().bulk_insert_mappings(mapper, mappings, return_defaults, render_nulls)
+            return
+        if return_defaults or render_nulls:
+            raise UnsupportedShardQuery(
+                f"bulk_insert_mappings({model.name}, ..., return_defaults/render_nulls) is not "
+                f"routed; use session.execute(insert({model.name}).returning(...), rows)"
+            )
+        self.execute(insert(model.cls), list(mappings))
+
+    def bulk_update_mappings(self, mapper: Any, mappings: Any) -> None:
+        """:meth:`Session.bulk_update_mappings` (legacy); for a sharded model, each row is
+        updated in its table as ``session.execute(update(Order), rows)`` updates it."""
+        model = _sharded_model_of(mapper)
+        if model is None:
+            super().bulk_update_mappings(mapper, mappings)
+            return
+        self.execute(update(model.cls), list(mappings))
+
+    def bulk_save_objects(self, objects: Any, *args: Any, **kw: Any) -> None:
+        """:meth:`Session.bulk_save_objects` (legacy), refused for sharded objects: it
+        writes each class through one connection, which is not each row's database."""
+        objects = list(objects)
+        sharded = [model_of_class(type(o)) for o in objects]
+        names = sorted({entry[0].name for entry in sharded if entry is not None})
+        if names:
+            raise UnsupportedShardQuery(
+                f"bulk_save_objects() of {', '.join(names)} objects is not routed (each row "
+                "would be written to one database, not its own); use session.add_all(objects) "
+                "and flush, or session.execute(insert(Model), rows)"
+            )
+        super().bulk_save_objects(objects, *args, **kw)
+
+
+def _sharded_model_of(mapper: Any) -> ShardedModel | None:
+    """The sharded model of a class or mapper, logical or physical; None for others."""
+    found = inspect(mapper, raiseerr=False)
+    entry = model_of_mapper(found) if isinstance(found, Mapper) else None
+    return entry[0] if entry is not None else None
 
 
 def _database_of_mapper(mapper: Any) -> str | None:
