@@ -2,7 +2,8 @@
 on one plain table, or raise a named refusal before any SQL runs.
 
 The configurations are those of the read differential (``tests/twin_setups.py``). Each
-example builds one statement from a grammar for both sides of the twin shop: UPDATE (of
+example builds one statement from a grammar for both sides of the twin shop (one in four
+writes the items, reading their orders in subqueries; the rest write the orders): UPDATE (of
 non-key columns, from constants, the row's own columns, CASE, a correlated count of its
 items or the reference table; or of the shard key) or DELETE, as an ORM or a Core statement,
 with or without RETURNING and a ``synchronize_session`` strategy, filtered by key and
@@ -100,7 +101,9 @@ _VALUES: list[Callable[[Models], dict[str, Any]]] = [
         .where(w.Item.order_id == w.Order.id, w.Item.user_id == w.Order.user_id)
         .scalar_subquery()
     },
-    lambda w: {"amount": select(func.count()).where(w.Item.order_id == w.Order.id).scalar_subquery()},
+    lambda w: {
+        "amount": select(func.count()).where(w.Item.order_id == w.Order.id).scalar_subquery()
+    },
     # from the reference table, whose copy each database holds
     lambda w: {
         "status": select(w.Status.code)
@@ -116,6 +119,36 @@ _VALUES: list[Callable[[Models], dict[str, Any]]] = [
 """The SET of an UPDATE."""
 
 
+_ITEM_CONDITIONS: list[Callable[[Models], Any]] = [
+    lambda w: w.Item.qty > 2,
+    lambda w: w.Item.user_id == USERS[1],
+    lambda w: w.Item.user_id.in_([USERS[0], USERS[4]]),
+    lambda w: w.Item.user_id.is_(None),
+    # the item's order, correlated on both keys (one table's rows), or on its ID only
+    lambda w: exists(
+        select(w.Order.id).where(
+            w.Order.id == w.Item.order_id,
+            w.Order.user_id == w.Item.user_id,
+            w.Order.status == "paid",
+        )
+    ),
+    lambda w: w.Item.order_id.in_(select(w.Order.id).where(w.Order.amount > 5)),
+    lambda w: w.Item.user_id.in_(select(w.Order.user_id).where(w.Order.status == "new")),
+]
+"""Conditions on the items, some reading their orders."""
+
+_ITEM_VALUES: list[Callable[[Models], dict[str, Any]]] = [
+    lambda w: {"qty": w.Item.qty * 2},
+    lambda w: {
+        "qty": select(func.coalesce(func.max(w.Order.amount), 0))
+        .where(w.Order.id == w.Item.order_id, w.Order.user_id == w.Item.user_id)
+        .scalar_subquery()
+    },
+    lambda w: {"order_id": w.Item.order_id + 1},
+]
+"""The SET of an UPDATE of items."""
+
+
 @dataclass
 class Write:
     build: Callable[[Models], Any]
@@ -124,6 +157,34 @@ class Write:
 
 @st.composite
 def writes(draw: Any) -> Write:
+    if draw(st.integers(0, 3)) == 0:
+        return item_writes(draw)
+    return order_writes(draw)
+
+
+def item_writes(draw: Any) -> Write:
+    """An UPDATE or DELETE of items (the orders read in its subqueries)."""
+    verb = draw(st.sampled_from(["update", "delete"]))
+    picked = st.sampled_from(range(len(_ITEM_CONDITIONS)))
+    conditions = draw(st.lists(picked, max_size=2, unique=True))
+    values = draw(st.sampled_from(range(len(_ITEM_VALUES))))
+    returning = draw(st.booleans())
+
+    def build(w: Models) -> Any:
+        i = w.Item
+        statement = update(i) if verb == "update" else delete(i)
+        statement = statement.where(*[_ITEM_CONDITIONS[c](w) for c in conditions])
+        if verb == "update":
+            statement = statement.values(_ITEM_VALUES[values](w))
+        if returning:
+            statement = statement.returning(i.id, i.qty)
+        return statement.execution_options(synchronize_session=False)
+
+    return Write(build, returning)
+
+
+def order_writes(draw: Any) -> Write:
+    """An UPDATE or DELETE of orders."""
     verb = draw(st.sampled_from(["update", "delete"]))
     filters = draw(st.lists(st.sampled_from(range(len(_FILTERS))), max_size=2, unique=True))
     nested = draw(st.lists(st.sampled_from(range(len(_SUBQUERIES))), max_size=1))
