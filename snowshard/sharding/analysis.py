@@ -102,7 +102,6 @@ __all__ = [
     "function_kind",
     "models_in_subqueries",
     "models_named",
-    "models_outside_subqueries",
     "selected_entities",
     "unsharded_tables",
     "walk",
@@ -178,11 +177,12 @@ def _models_in(element: Any) -> list[ShardedModel]:
     return found
 
 
-def models_named(element: Any) -> list[ShardedModel]:
-    """The sharded models whose logical tables ``element`` names anywhere: in a FROM list
-    or through a column (a subquery whose FROM list SQLAlchemy derives from its columns)."""
+def models_named(element: Any, *, nested: bool = True) -> list[ShardedModel]:
+    """The sharded models whose logical tables ``element`` names anywhere (or, with
+    ``nested=False``, outside its subqueries): in a FROM list or through a column (a
+    subquery whose FROM list SQLAlchemy derives from its columns)."""
     found: list[ShardedModel] = []
-    for item in walk(element, nested=True):
+    for item in walk(element, nested=nested):
         table = item.table if isinstance(item, ColumnClause) else item
         model = model_of_table(table) if isinstance(table, Table) else None
         if model is not None and model not in found:
@@ -199,18 +199,6 @@ def models_in_subqueries(statement: Any) -> list[ShardedModel]:
         for model in models_named(select):
             if model not in found:
                 found.append(model)
-    return found
-
-
-def models_outside_subqueries(element: Any) -> list[ShardedModel]:
-    """The sharded models whose logical tables ``element`` names other than inside its
-    subqueries (:func:`models_named` without them)."""
-    found: list[ShardedModel] = []
-    for item in walk(element):
-        table = item.table if isinstance(item, ColumnClause) else item
-        model = model_of_table(table) if isinstance(table, Table) else None
-        if model is not None and model not in found:
-            found.append(model)
     return found
 
 

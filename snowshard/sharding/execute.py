@@ -57,7 +57,6 @@ from snowshard.sharding.analysis import (
     check_outer_joins,
     models_in_subqueries,
     models_named,
-    models_outside_subqueries,
     unsharded_tables,
 )
 from snowshard.sharding.bulk import (
@@ -368,7 +367,7 @@ def _written(statement: Any, models: Sequence[ShardedModel]) -> ShardedModel:
     if len(models) == 1:
         return models[0]
     written = model_of_table(deannotated(statement.table))
-    joined = [m for m in models_outside_subqueries(statement) if m is not written]
+    joined = [m for m in models_named(statement, nested=False) if m is not written]
     if written is None or joined:
         raise UnsupportedShardQuery(
             f"this {'UPDATE' if statement.is_update else 'DELETE'} names "

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ClauseElement
 
-from snowshard.sharding.analysis import models_in_subqueries, models_outside_subqueries
+from snowshard.sharding.analysis import models_in_subqueries, models_named
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.declare import ROUTED_KEYS
 from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged, UnsupportedShardQuery
@@ -66,7 +66,7 @@ def _point_expressions(obj: Any, model: ShardedModel, shard: int, what: str) -> 
     for key, value in list(obj.__dict__.items()):
         if not isinstance(value, ClauseElement):
             continue
-        named = models_outside_subqueries(value)
+        named = models_named(value, nested=False)
         read = models_in_subqueries(value)
         if read or any(m is not model for m in named):
             raise UnsupportedShardQuery(

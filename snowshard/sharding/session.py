@@ -341,7 +341,6 @@ class ShardedSession(RoutingSession):
             raise NoResultFound("No row was found when one was required")
         return found
 
-
     def bulk_insert_mappings(
         self, mapper: Any, mappings: Any, return_defaults: bool = False, render_nulls: bool = False
     ) -> None:
