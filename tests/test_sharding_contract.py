@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 from sqlalchemy import BigInteger, Integer, delete, func, insert, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from snowshard import Layout, Snowflake
-from snowshard.clock import ManualClock
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import Sharded, ShardKeyChanged, Shards
 from snowshard.sharding.driver_errors import ShardOperationError
@@ -41,39 +39,17 @@ from tests.test_sharding_helpers import (
     build_world,
     world_params,
 )
-from tests.worlds import binary_string, open_world
+from tests.worlds import TWIN_SWITCH, TwoEras, binary_string, open_world
 
 USERS = [1820, 5177331, 3, 17, 42, 99, 256, 1001, 7, 12, 64, 77, 123456789, 31, 8, 15]
 
 # --------------------------------------------------------------------------- generations
 
-SWITCH = datetime(2027, 1, 1, tzinfo=timezone.utc)
-SWITCH_MS = int(SWITCH.timestamp() * 1000)
+SWITCH = TWIN_SWITCH
 GENERATION_LEVELS: dict[str, tuple[dict[str, list[int]], dict[str, list[int]]]] = {
     "table": ({}, {}),
     "database": ({"a": [0, 1], "b": [2, 3]}, {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}),
 }
-
-
-class AlternatingIds:
-    """IDs issued alternately on a clock before ``SWITCH`` and on one after it."""
-
-    def __init__(self, worker: int) -> None:
-        self.clocks = (ManualClock(SWITCH_MS - 86_400_000), ManualClock(SWITCH_MS + 1000))
-        self.generators = tuple(
-            Snowflake(LAYOUT, worker=worker + i, clock=c, sleep=c.sleep)
-            for i, c in enumerate(self.clocks)
-        )
-        self.turn = 0
-
-    @property
-    def layout(self) -> Layout:
-        return LAYOUT
-
-    def next_id(self, gene: object = None) -> int:
-        self.turn ^= 1
-        self.clocks[self.turn].advance(1)
-        return self.generators[self.turn].next_id(gene)
 
 
 @dataclass(frozen=True)
@@ -96,7 +72,11 @@ def generation_models(level: str) -> Models:
     if found is not None:
         return found
     first, second = GENERATION_LEVELS[level]
-    ids = AlternatingIds(worker=10 + 2 * len(_generation_models))
+    worker = 10 + 2 * len(_generation_models)
+    # IDs alternately after and before the switch, one at a time
+    ids = TwoEras(
+        run=1, workers=(worker, worker + 1), earlier=timedelta(days=1), later_first=True
+    )
 
     def shards() -> Shards:
         later = Generation("2027-01-01T00:00:00Z", 8, databases=second)

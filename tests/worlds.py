@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -492,23 +492,38 @@ TWIN_SWITCH = datetime(2027, 1, 1, tzinfo=timezone.utc)
 
 
 class TwoEras:
-    """An ID issuer (:data:`LAYOUT`) whose IDs fall 30 days before and just after
-    :data:`TWIN_SWITCH`, three at a time alternately, each era on its own manual clock: a
-    twin shop with generations has each user's rows in both (its order ``i`` belongs to
-    user ``i % 8``)."""
+    """An ID issuer (:data:`LAYOUT`) whose IDs fall ``earlier`` before :data:`TWIN_SWITCH` and
+    one second after it, ``run`` at a time alternately (the earlier era first, or the later
+    one with ``later_first``), each era on its own manual clock and worker (``workers``).
 
-    def __init__(self) -> None:
+    The defaults give a twin shop with generations each user's rows in both eras (its order
+    ``i`` belongs to user ``i % 8``).
+    """
+
+    def __init__(
+        self,
+        *,
+        run: int = 3,
+        workers: tuple[int, int] = (4, 5),
+        earlier: timedelta = timedelta(days=30),
+        later_first: bool = False,
+    ) -> None:
         switch_ms = int(TWIN_SWITCH.timestamp() * 1000)
-        self._clocks = [ManualClock(switch_ms - 30 * 86_400_000), ManualClock(switch_ms + 1000)]
-        self._eras = [Snowflake(LAYOUT, worker=w, clock=c, sleep=c.sleep) for w, c in zip((4, 5), self._clocks)]
-        self._issued = 0
+        before_ms = switch_ms - int(earlier.total_seconds() * 1000)
+        self._clocks = [ManualClock(before_ms), ManualClock(switch_ms + 1000)]
+        self._eras = [
+            Snowflake(LAYOUT, worker=worker, clock=clock, sleep=clock.sleep)
+            for worker, clock in zip(workers, self._clocks)
+        ]
+        self._run = run
+        self._issued = run if later_first else 0
 
     @property
     def layout(self) -> Layout:
         return LAYOUT
 
     def next_id(self, gene: object = None) -> int:
-        era = self._issued // 3 % 2
+        era = self._issued // self._run % 2
         self._issued += 1
         self._clocks[era].advance(1)
         return self._eras[era].next_id(gene)
@@ -529,7 +544,9 @@ def _add_null_keys(session: ShardedSession, shop: TwinShop, order_ids: list[int]
     """Orders and items whose ``user_id`` is NULL, on both sides (:func:`fill_twin_shop`)."""
     orders = [
         {"id": shop.ids.next_id(gene=g), "user_id": None, "amount": a, "status": c}
-        for g, a, c in zip(NULL_KEY_GENES, (3, None, 5, 12, 5), ("new", "paid", None, "sent", "new"))
+        for g, a, c in zip(
+            NULL_KEY_GENES, (3, None, 5, 12, 5), ("new", "paid", None, "sent", "new")
+        )
     ]
     items = [
         {"id": shop.ids.next_id(gene=g), "user_id": None, "order_id": o, "qty": q}
