@@ -138,6 +138,16 @@ def test_an_insert_reading_a_sharded_model_is_refused(shop: Setup, name: str) ->
         assert session.scalar(select(func.count()).select_from(s.Note)) == 4
 
 
+def _upserting(backend: str, model: Any, row: dict[str, Any], amount: Any) -> Any:
+    """An INSERT of ``row`` that sets ``amount`` where the ID exists, in ``backend``'s dialect."""
+    if backend.startswith("mysql"):
+        return mysql.insert(model).values(row).on_duplicate_key_update(amount=amount)
+    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
+    return dialect_insert(model).values(row).on_conflict_do_update(
+        index_elements=["id"], set_={"amount": amount}
+    )
+
+
 def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) -> None:
     """ON CONFLICT DO UPDATE (ON DUPLICATE KEY UPDATE on MariaDB) setting a count of the
     orders would count the conflicting row's table only: refused before any SQL."""
@@ -146,14 +156,7 @@ def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) ->
     with shop.session() as session:
         existing = session.execute(select(s.Order.id, s.Order.user_id).limit(1)).one()
         row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
-        if shop.name.startswith("mysql"):
-            statement = mysql.insert(s.Order).values(row).on_duplicate_key_update(amount=count)
-        else:
-            dialect = postgresql if shop.name.startswith("postgresql") else sqlite
-            statement = dialect.insert(s.Order).values(row)
-            statement = statement.on_conflict_do_update(
-                index_elements=["id"], set_={"amount": count}
-            )
+        statement = _upserting(shop.name, s.Order, row, count)
         shop.sent.clear()
         with pytest.raises(UnsupportedShardQuery, match="reads Order in a subquery of its values"):
             session.execute(statement)
@@ -175,14 +178,7 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
         outcomes = []
         for model in (s.OrderTwin, s.Order):
             row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
-            if shop.name.startswith("mysql"):
-                statement = mysql.insert(model).values(row)
-                statement = statement.on_duplicate_key_update(amount=model.amount + 100)
-            else:
-                dialect = postgresql if shop.name.startswith("postgresql") else sqlite
-                statement = dialect.insert(model).values(row).on_conflict_do_update(
-                    index_elements=["id"], set_={"amount": model.amount + 100}
-                )
+            statement = _upserting(shop.name, model, row, model.amount + 100)
             shop.sent.clear()
             if model is s.Order and not SHARDED_UPSERTS:
                 with pytest.raises(UnsupportedShardQuery, match="insert.excluded"):
