@@ -47,6 +47,8 @@ __all__ = [
     "chunked_result",
     "copy_schema_item",
     "deannotated",
+    "default_column",
+    "default_row",
     "distinct_of",
     "distinct_on_of",
     "explicit_correlation",
@@ -236,6 +238,40 @@ model's columns named there can be retargeted to a physical table (SQLAlchemy 2.
 def has_options(statement: Any) -> bool:
     """Whether a statement carries ORM loader options (``_with_options``, all versions)."""
     return bool(statement._with_options)
+
+
+def default_column(context: Any) -> Any:
+    """The column a Python column default computes a value for (``current_column``). For
+    the rows after the first of an INSERT's ``values([...])`` SQLAlchemy passes a stand-in
+    (``_multiparam_column``, unhashable) whose ``original`` is the column (all versions)."""
+    column: Any = getattr(context, "current_column", None)
+    if getattr(column, "_is_multiparam_column", False):
+        return column.original
+    return column
+
+
+def default_row(context: Any) -> dict[str, Any]:
+    """The values of the row a Python column default computes a value for, by column key,
+    as ``context.get_current_parameters()`` gives them.
+
+    For an INSERT's ``values([...])`` whose rows are keyed by columns (as an ORM insert keys
+    them) SQLAlchemy's own reading fails: it formats the column object into the name of the
+    row's parameter (``KeyError: 'orders.user_id_m0'``; ``_has_multi_parameters``,
+    ``_dict_parameters``, the ``<key>_m<row>`` parameter names, all versions). Here each
+    key's name is used; a value given as a SQL expression has no parameter and is absent.
+    """
+    compile_state: Any = getattr(context.compiled, "compile_state", None)
+    if not (context.isinsert and getattr(compile_state, "_has_multi_parameters", False)):
+        return dict(context.get_current_parameters())
+    column = context.current_column
+    index = column.index + 1 if getattr(column, "_is_multiparam_column", False) else 0
+    parameters = context.current_parameters
+    row: dict[str, Any] = {}
+    for key in compile_state._dict_parameters:
+        name = key if isinstance(key, str) else key.key
+        if f"{name}_m{index}" in parameters:
+            row[name] = parameters[f"{name}_m{index}"]
+    return row
 
 
 def has_multi_values(statement: Any) -> bool:

@@ -364,6 +364,45 @@ def test_core_executemany_gets_genes(engine: Engine, models: Models) -> None:
     assert all(gene(id_) == user % GENES for id_, user in rows)
 
 
+@pytest.mark.parametrize("core", [False, True], ids=["orm", "core"])
+def test_values_list_insert_gets_genes(
+    engine: Engine, models: Models, statements: Statements, core: bool
+) -> None:
+    """``insert(...).values([...])`` (one multi-row INSERT) issues a gene-carrying ID per row,
+    from an ORM entity (whose rows SQLAlchemy keys by column) as from a Core table."""
+    Order = models.order
+    users = [3, 18, 33, 7]
+    with Session(engine) as session:
+        target = Order.__table__ if core else Order
+        session.execute(sa.insert(target).values([{"user_id": u} for u in users]))
+        session.commit()
+        rows = session.execute(sa.select(Order.id, Order.user_id)).all()
+    assert sorted(u for _, u in rows) == sorted(users)
+    assert len({id_ for id_, _ in rows}) == len(users)
+    assert all(gene(id_) == user % GENES for id_, user in rows)
+    assert len(statements.inserts()) == 1
+
+
+def test_values_list_insert_of_string_ids(engine: Engine, models: Models) -> None:
+    """A str-typed key without a gene is issued for every row of a ``values([...])`` list."""
+    table = models.doc.__table__
+    with engine.begin() as conn:
+        conn.execute(sa.insert(table).values([{"ref": 1}, {"ref": 2}, {"ref": 3}]))
+        ids = conn.execute(sa.select(table.c.id)).scalars().all()
+    assert len(set(ids)) == 3 and all(isinstance(i, str) and i.isdigit() for i in ids)
+
+
+def test_values_list_gene_parent_given_as_sql_raises(
+    engine: Engine, models: Models, statements: Statements
+) -> None:
+    """A gene column given as a SQL expression has no value before the INSERT runs:
+    MissingGeneParent says so, and nothing is inserted."""
+    rows = [{"user_id": 3}, {"user_id": sa.literal_column("18")}]
+    with Session(engine) as session, pytest.raises(MissingGeneParent, match="SQL expression"):
+        session.execute(sa.insert(models.order).values(rows))
+    assert statements.inserts() == []
+
+
 def test_as_string_pk_default_is_a_str_in_the_identity_map(engine: Engine, models: Models) -> None:
     """A str-typed key is issued as str, so a later load finds the same object."""
     Doc = models.doc

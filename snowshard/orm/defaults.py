@@ -33,6 +33,7 @@ from sqlalchemy import Column
 from sqlalchemy.orm import MappedColumn, mapped_column
 from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
 
+from snowshard._compat import default_column, default_row
 from snowshard.errors import IdTypeError, LayoutError, SnowshardError
 from snowshard.issuer import IdIssuer, check_issuer
 from snowshard.orm.errors import GeneParentError, MissingGeneParent
@@ -101,15 +102,17 @@ class SnowflakeDefault:
 
     def __call__(self, context: Any) -> int | str:
         """Issue the ID of the row being inserted (called by SQLAlchemy)."""
-        column: Column[Any] | None = getattr(context, "current_column", None)
+        column: Column[Any] | None = default_column(context)
         as_string, gene_integer = self._column_info(column)
         if self.gene_from is None:
             value = self.generator.next_id()
         else:
-            params = context.get_current_parameters()
+            params = default_row(context)
             gene = params.get(self.gene_from)
             if gene is None:
-                state = "is NULL" if self.gene_from in params else "is missing"
+                state = "is NULL" if self.gene_from in params else (
+                    "is missing (or a SQL expression, not known before the row is written)"
+                )
                 raise MissingGeneParent(
                     f"{self._where(column)} takes its gene from {self.gene_from!r}, which "
                     f"{state} in the row being inserted; set {self.gene_from} before the "
