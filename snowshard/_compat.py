@@ -60,7 +60,6 @@ __all__ = [
     "group_by_of",
     "hand_back_parameters",
     "has_having",
-    "has_multi_values",
     "has_options",
     "having_of",
     "insert_select_of",
@@ -71,6 +70,8 @@ __all__ = [
     "later_orm_hooks",
     "only_orm_hook",
     "limit_offset_of",
+    "listed_rows",
+    "merge_inserted",
     "order_by_of",
     "orm_annotated",
     "orm_cursor_result",
@@ -85,7 +86,9 @@ __all__ = [
     "slot_parameter",
     "suffixes_of",
     "syntax_extensions_of",
+    "untraversed_of",
     "upsert_clauses_of",
+    "values_cleared",
     "variant_for",
     "without_having",
 ]
@@ -240,6 +243,55 @@ def has_options(statement: Any) -> bool:
     return bool(statement._with_options)
 
 
+def listed_rows(statement: Any) -> list[dict[str, Any]] | None:
+    """The rows of an INSERT's ``values([...])`` (of every such call, in order), each as
+    column key -> value as given (a Python value or a SQL expression); None if it has none.
+
+    A positional row (a tuple) is keyed by the table's columns in order, as SQLAlchemy reads
+    it (``_multi_values``: per call, a list of dicts keyed by column or name, or of tuples;
+    all versions).
+    """
+    if not statement._multi_values:
+        return None
+    names = [column.key for column in statement.table.c]
+    rows: list[dict[str, Any]] = []
+    for listed in statement._multi_values:
+        for row in listed:
+            if isinstance(row, dict):
+                rows.append({k if isinstance(k, str) else k.key: v for k, v in row.items()})
+            else:
+                rows.append(dict(zip(names, row)))
+    return rows
+
+
+def untraversed_of(statement: Any) -> list[Any]:
+    """The expressions of a statement that SQLAlchemy's traversal (``get_children()``,
+    cloning) does not enter in this version: an INSERT's upsert clause on 2.0
+    (:func:`upsert_clauses_of`) and, in every version, the SQL expressions among the rows
+    of its ``values([...])`` (:func:`listed_rows`). Empty for other statements."""
+    if not getattr(statement, "is_insert", False) or not hasattr(statement, "_multi_values"):
+        return []
+    found = [] if UPSERT_CLAUSES_RETARGETED else upsert_clauses_of(statement)
+    for row in listed_rows(statement) or ():
+        found.extend(v for v in row.values() if isinstance(v, sqlalchemy.ClauseElement))
+    return found
+
+
+def merge_inserted(results: Sequence[Result[Any]]) -> Result[Any]:
+    """The results of one INSERT's parts (its rows, one statement per table) as one, with a
+    ``rowcount`` as one table's result has: the parts' sum, or -1 (unknown, as PEP 249 has
+    it) if a part's is unknown.
+
+    ``CursorResult.merge`` sums ``rowcount`` only where each part kept it (UPDATE, DELETE,
+    ``preserve_rowcount=True``) and otherwise leaves the merged result without the
+    attribute (all versions); SQLAlchemy sets it on the merged result the same way."""
+    merged = results[0].merge(*results[1:])
+    if isinstance(results[0], CursorResult) and "rowcount" not in vars(merged):
+        counts = [part.rowcount for part in results]  # type: ignore[attr-defined]
+        merged.rowcount = -1 if min(counts) < 0 else sum(counts)
+    return merged
+
+
 def default_column(context: Any) -> Any:
     """The column a Python column default computes a value for (``current_column``). For
     the rows after the first of an INSERT's ``values([...])`` SQLAlchemy passes a stand-in
@@ -274,9 +326,14 @@ def default_row(context: Any) -> dict[str, Any]:
     return row
 
 
-def has_multi_values(statement: Any) -> bool:
-    """Whether an INSERT has ``.values([...])`` with several rows (``_multi_values``, all versions)."""
-    return bool(statement._multi_values)
+def values_cleared(statement: Any) -> Any:
+    """A copy of an INSERT without its ``values()`` (one row or a list), all else kept (its
+    RETURNING, upsert clause, prefixes, options): to give it other rows (``_generate``,
+    ``_values``, ``_multi_values``, all versions)."""
+    copy = statement._generate()
+    copy._values = None
+    copy._multi_values = ()
+    return copy
 
 
 def loader_strategies(statement: Any) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import func, insert, literal, select
+from sqlalchemy import func, insert, literal, literal_column, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from snowshard.sharding import UnsupportedShardQuery, explain
@@ -111,6 +111,15 @@ _READING_INSERTS = {
         ),
         "INSERT INTO notes reads Order in a subquery of its values",
     ),
+    "a list of rows, one reading orders": (
+        lambda s: insert(s.Order).values(
+            [
+                {"user_id": USERS[0], "amount": 1},
+                {"user_id": USERS[1], "amount": select(func.max(s.Order.amount)).scalar_subquery()},
+            ]
+        ),
+        "INSERT INTO orders reads Order in a subquery of its values",
+    ),
     "notes from orders": (
         lambda s: insert(s.Note).from_select(
             ["id", "label"], select(s.Order.id, literal("copied")).where(s.Order.amount > 10)
@@ -189,6 +198,127 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
             outcomes.append(session.scalar(select(model.amount).where(model.id == existing.id)))
         session.rollback()
     assert outcomes == [existing.amount + 100] * 2
+
+
+# --------------------------------------------------------------------------- values([...])
+
+LISTED = [{"user_id": u, "amount": 800 + n, "status": "new"} for n, u in enumerate(USERS)]
+"""Rows of every user, in all four tables over two databases, IDs left to the model's
+default."""
+
+
+def _listed_twin(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": 10**6 + n, **row} for n, row in enumerate(rows)]
+
+
+def _contents(session: Any, model: Any) -> list[tuple[Any, ...]]:
+    query = select(model.user_id, model.amount, model.status)
+    return sorted((tuple(r) for r in session.execute(query)), key=repr)
+
+
+def test_listed_rows_are_one_insert_per_table(shop: Setup) -> None:
+    """insert(Order).values([...]) writes each row to its user's table, one multi-row INSERT
+    per table, the rows and rowcount equal to the twin's; each ID carries its user's gene."""
+    s = shop.schema
+    with shop.session() as session:
+        shop.sent.clear()
+        count = session.execute(insert(s.Order).values(LISTED)).rowcount
+        inserts = [sql for sql in shop.sent if sql.lstrip().upper().startswith("INSERT")]
+        twin = session.execute(insert(s.OrderTwin).values(_listed_twin(LISTED))).rowcount
+        assert _contents(session, s.Order) == _contents(session, s.OrderTwin)
+        assert count == twin
+        assert len(inserts) == len({u % 4 for u in USERS}) == 4
+        new = session.execute(select(s.Order.id, s.Order.user_id).where(s.Order.amount >= 800))
+        assert all(i % 16 == u % 16 for i, u in new)
+        session.rollback()
+
+
+def test_listed_rows_return_in_the_order_given(shop: Setup) -> None:
+    """RETURNING of a values([...]) INSERT over several tables comes back in the order of
+    the rows given, as the twin's does, each ID with its row."""
+    s = shop.schema
+    with shop.session() as session:
+        returned = session.execute(
+            insert(s.Order).values(LISTED).returning(s.Order.id, s.Order.user_id, s.Order.amount)
+        ).all()
+        twin = session.execute(
+            insert(s.OrderTwin)
+            .values(_listed_twin(LISTED))
+            .returning(s.OrderTwin.user_id, s.OrderTwin.amount)
+        ).all()
+        given = [(row["user_id"], row["amount"]) for row in LISTED]
+        assert [(r.user_id, r.amount) for r in returned] == [tuple(r) for r in twin] == given
+        session.expunge_all()
+        assert all(session.get(s.Order, r.id).amount == r.amount for r in returned)
+        session.rollback()
+
+
+def _listed_upsert(backend: str, model: Any, rows: list[dict[str, Any]]) -> Any:
+    """An INSERT of ``rows`` adding 1 to the amount given where the ID exists."""
+    if backend.startswith("mysql"):
+        statement = mysql.insert(model).values(rows)
+        return statement.on_duplicate_key_update(amount=statement.inserted.amount + 1)
+    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
+    statement = dialect_insert(model).values(rows)
+    return statement.on_conflict_do_update(
+        index_elements=["id"], set_={"amount": statement.excluded.amount + 1}
+    )
+
+
+def test_listed_upsert_changes_what_the_twin_changes(shop: Setup) -> None:
+    """An upsert of a values([...]) list, some of whose IDs exist in several tables, leaves
+    the rows the twin's leaves, with the same rowcount."""
+    s = shop.schema
+    with shop.session() as session:
+        existing = session.execute(select(s.OrderTwin.id, s.OrderTwin.user_id)).all()[::7]
+        rows = [{"id": i, "user_id": u, "amount": 600 + n} for n, (i, u) in enumerate(existing)]
+        rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 650 + u} for u in USERS]
+        counts = [
+            session.execute(_listed_upsert(shop.name, model, rows)).rowcount
+            for model in (s.Order, s.OrderTwin)
+        ]
+        assert _contents(session, s.Order) == _contents(session, s.OrderTwin)
+        assert counts[0] == counts[1]
+        session.rollback()
+
+
+_KEY_EXPRESSIONS = {
+    "one row, its user as SQL": lambda s: insert(s.Order).values(
+        user_id=literal_column(str(USERS[1])), amount=1
+    ),
+    "one row, its ID as SQL": lambda s: insert(s.Order).values(
+        id=literal_column(str(IDS.next_id(gene=USERS[2]))), user_id=USERS[1], amount=1
+    ),
+    "a list, one user as SQL": lambda s: insert(s.Order).values(
+        [{"user_id": USERS[0], "amount": 1}, {"user_id": func.abs(-USERS[1]), "amount": 2}]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_KEY_EXPRESSIONS))
+def test_a_shard_key_given_as_sql_is_refused(shop: Setup, name: str) -> None:
+    """A shard key the database would compute leaves the row's table unknown (it was routed
+    by the other key, or given an ID of another table's gene, and stored where reads by its
+    key never look): refused before any SQL, naming the column; explain() says so too."""
+    statement = _KEY_EXPRESSIONS[name](shop.schema)
+    with shop.session() as session:
+        assert "SQL expression" in (explain(session, statement).refused or "")
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=r"sets (user_id|id) to the SQL expression"):
+            session.execute(statement)
+        assert shop.sent == []
+
+
+def test_listed_rows_naming_other_columns_are_refused(shop: Setup) -> None:
+    """Rows of values([...]) naming different columns are refused before any SQL (SQLAlchemy
+    writes the first row's columns in every row; split by table, each table's first row
+    would decide), naming the row and its columns."""
+    rows = [{"user_id": USERS[0], "amount": 1}, {"user_id": USERS[1], "status": "new"}]
+    with shop.session() as session:
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=r"row 1 .* names the columns"):
+            session.execute(insert(shop.schema.Order).values(rows))
+        assert shop.sent == []
 
 
 # --------------------------------------------------------------------------- legacy bulk methods

@@ -77,13 +77,21 @@ def test_single_row_insert_with_values_is_routed(session: ShardedSession, sql_lo
     assert new_id % 16 == 9
 
 
-def test_multi_row_values_insert_is_refused(session: ShardedSession, sql_log: SqlLog) -> None:
-    """insert().values([...]) of several rows asks for the executemany form instead."""
-    with pytest.raises(UnsupportedShardQuery, match="executemany|pass the rows"):
-        session.execute(
-            sa.insert(Order).values([{"user_id": 1, "amount": 1}, {"user_id": 2, "amount": 2}])
-        )
-    assert len(sql_log) == 0
+def test_values_list_insert_on_the_table_routes_each_row(
+    session: ShardedSession, sql_log: SqlLog
+) -> None:
+    """insert(orders).values([...]) writes user 9's row to orders_01 and user 2's to
+    orders_02, one INSERT each, with IDs of their genes."""
+    table = Order.__table__
+    session.execute(
+        sa.insert(table).values([{"user_id": 9, "amount": 90}, {"user_id": 2, "amount": 20}])
+    )
+    assert sorted((s.verb, sorted(s.tables)) for s in sql_log) == [
+        ("INSERT", ["orders_01"]),
+        ("INSERT", ["orders_02"]),
+    ]
+    new = session.execute(select(Order.id, Order.user_id).where(Order.amount.in_([20, 90])))
+    assert sorted((i % 16, u) for i, u in new) == [(2, 2), (9, 9)]
 
 
 def test_insert_from_select_is_refused(session: ShardedSession, sql_log: SqlLog) -> None:

@@ -41,17 +41,21 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     select,
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import aliased
 
+from snowshard._compat import listed_rows
 from snowshard.orm.timerange import id_time, id_unix_ms
 from snowshard.sharding import UnsupportedShardQuery, explain
 from tests.backends import DatabaseFactory
 from tests.markdown_blocks import table
 from tests.worlds import (
+    IDS,
     LAYOUT,
     TWIN_USERS,
     Models,
@@ -99,6 +103,14 @@ def _hourly(order: Any) -> Any:
     """README's hourly report: orders per hour of their IDs' time (PostgreSQL)."""
     hour = func.date_trunc("hour", id_time(order.id, LAYOUT))  # one bound "hour" for both
     return select(hour, func.count()).group_by(hour)
+
+
+_LISTED = [
+    {"id": IDS.next_id(gene=u), "user_id": u, "amount": u % 5, "status": "paid"}
+    for u in (2, 5, 9, 14)
+]
+"""Rows of a ``values([...])`` INSERT, IDs included (each with its user's gene), the same on
+both sides."""
 
 
 EXAMPLES: dict[str, list[Example]] = {
@@ -548,8 +560,14 @@ EXAMPLES: dict[str, list[Example]] = {
             .values(amount=w.Item.qty),
         ),
     ],
-    "INSERT (one row, `insert(Order), rows`)": [
+    "INSERT (one row, `values([...])`, `insert(Order), rows`)": [
         Example("exact", lambda w: insert(w.Order).values(user_id=5, amount=9, status="new")),
+        Example("exact", lambda w: insert(w.Order).values(_LISTED)),
+        Example(
+            "exact",
+            lambda w: postgresql.insert(w.Order).values(_LISTED).on_conflict_do_nothing(),
+            backends=("postgresql",),
+        ),
         Example(
             "exact",
             lambda w: insert(w.Order),
@@ -570,8 +588,11 @@ EXAMPLES: dict[str, list[Example]] = {
         Example(
             "refused",
             lambda w: insert(w.Order).values(
-                [{"user_id": 5, "amount": 1}, {"user_id": 9, "amount": 2}]
+                [{"user_id": 5, "amount": 1}, {"user_id": 9, "status": "new"}]
             ),
+        ),
+        Example(
+            "refused", lambda w: insert(w.Order).values(user_id=literal_column("5"), amount=1)
         ),
     ],
 }
@@ -579,6 +600,7 @@ EXAMPLES: dict[str, list[Example]] = {
 
 TWIN_IDS = 10**15
 """IDs of rows inserted into the twin (the sharded rows get theirs from snowflake_pk)."""
+
 
 
 # --------------------------------------------------------------------------- the table
@@ -752,7 +774,8 @@ def _outcomes(session: Any, shop: TwinShop, example: Example) -> tuple[list[Any]
             session.execute(statement, rows)
             count = len(rows)
         else:
-            count = session.execute(statement.values(id=TWIN_IDS) if ids else statement).rowcount
+            given = ids and listed_rows(statement) is None
+            count = session.execute(statement.values(id=TWIN_IDS) if given else statement).rowcount
         after = select(side.Order.user_id, side.Order.amount, side.Order.status)
         outcomes.append([(count,), *_rows(session.execute(after))])
     return outcomes[0], outcomes[1]

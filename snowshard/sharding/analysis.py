@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
-from sqlalchemy import Column, Delete, Table, Update
+from sqlalchemy import Column, Delete, Insert, Table, Update
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -84,7 +84,7 @@ from snowshard._compat import (
     replacement_blocked,
     suffixes_of,
     syntax_extensions_of,
-    upsert_clauses_of,
+    untraversed_of,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_table
@@ -158,6 +158,8 @@ def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:
         if isinstance(item, Table):
             continue
         stack.extend(item.get_children())
+        if isinstance(item, Insert):
+            stack.extend(untraversed_of(item))
 
 
 def _nested_selects(statement: Any) -> Iterator[SelectBase]:
@@ -194,8 +196,7 @@ def models_in_subqueries(statement: Any) -> list[ShardedModel]:
     """The sharded models whose logical tables ``statement``'s subqueries name (an
     INSERT's ON CONFLICT / ON DUPLICATE KEY UPDATE clause included)."""
     found: list[ShardedModel] = []
-    upserts = [s for c in upsert_clauses_of(statement) for s in walk(c, nested=True)]
-    for select in [*_nested_selects(statement), *(s for s in upserts if isinstance(s, SelectBase))]:
+    for select in _nested_selects(statement):
         for model in models_named(select):
             if model not in found:
                 found.append(model)

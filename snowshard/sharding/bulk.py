@@ -15,13 +15,15 @@ from typing import Any, Optional
 from sqlalchemy import Insert
 from sqlalchemy.engine import Result
 from sqlalchemy.orm import ORMExecuteState
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import (
-    has_multi_values,
     has_returning,
     insert_select_of,
+    listed_rows,
+    merge_inserted,
     sorts_by_parameter_order,
+    values_cleared,
 )
 from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
@@ -33,6 +35,7 @@ __all__ = [
     "assigned",
     "bulk_database",
     "check_rows",
+    "given_rows",
     "merge_results",
     "run_bulk",
     "writing_to",
@@ -107,37 +110,101 @@ def _rows_by_shard(
 
 
 def check_rows(statement: Any, written: str) -> None:
-    """Refuse an INSERT whose rows snowshard cannot see before it runs: ``from_select()``,
-    or several rows in ``values([...])``; ``written`` names the model (or table) written."""
+    """Refuse an INSERT whose rows snowshard cannot see before it runs: ``from_select()``;
+    ``written`` names the model (or table) written."""
     if isinstance(statement, Insert) and insert_select_of(statement) is not None:
         raise UnsupportedShardQuery(
             f"insert({written}).from_select(...) is not routed: each row's ID and table "
             "come from its values, which the database would compute; select the rows, then "
             "pass them as session.execute(insert(Model), [row, ...])"
         )
-    if isinstance(statement, Insert) and has_multi_values(statement):
+
+
+_UNKNOWN = object()
+"""What :func:`_known` returns for a value the database computes (a SQL expression)."""
+
+
+def _known(value: Any, parameters: Mapping[str, Any]) -> Any:
+    """The value a column of a row will have, as known before the statement runs: a Python
+    value, a bound one (its execution parameter if given one), else :data:`_UNKNOWN`."""
+    if isinstance(value, BindParameter):
+        return parameters[value.key] if value.key in parameters else value.effective_value
+    if isinstance(value, ClauseElement) or hasattr(value, "__clause_element__"):
+        return _UNKNOWN
+    return value
+
+
+def _routing_values(
+    model: ShardedModel, row: Mapping[str, Any], parameters: Mapping[str, Any], what: str
+) -> dict[str, Any]:
+    """The values of ``row`` known before it is written; refuses a SQL expression as a
+    shard key (or the column an ID takes its gene from): the row's table depends on it."""
+    routing = set(model.keys) | ({model.gene_parent[1]} if model.gene_parent else set())
+    known: dict[str, Any] = {}
+    for key, value in row.items():
+        found = _known(value, parameters)
+        if found is not _UNKNOWN:
+            known[key] = found
+        elif key in routing:
+            raise UnsupportedShardQuery(
+                f"{what} of this INSERT INTO {model.name} sets {key} to the SQL expression "
+                f"{str(value)[:80]!r}, which the database would compute; a row is written to "
+                f"the table its {key} names, so snowshard needs the value before the "
+                f"statement runs: give {key} as a value (or a bound parameter)"
+            )
+    return known
+
+
+def given_rows(
+    statement: Any, parameters: Mapping[str, Any], model: ShardedModel
+) -> list[dict[str, Any]]:
+    """The rows of an INSERT of ``model`` run with ``parameters`` (one execution, not
+    executemany), each as the values known before it runs: those of ``values([...])``, or
+    the one row of ``values(...)`` updated by ``parameters``. Refuses a shard key given
+    as a SQL expression, and rows of ``values([...])`` naming different columns."""
+    listed = listed_rows(statement)
+    if listed is None:
+        return [{**_routing_values(model, assigned(statement), parameters, "row 0"), **parameters}]
+    if not listed:
         raise UnsupportedShardQuery(
-            "insert().values([...]) with several rows is not routed; pass the rows as "
-            "session.execute(insert(Model), [row, ...])"
+            f"insert({model.name}).values([]) has no rows; give at least one"
         )
+    first = set(listed[0]) - {model.id_key}
+    for number, row in enumerate(listed[1:], 1):
+        if set(row) - {model.id_key} != first:
+            raise UnsupportedShardQuery(
+                f"row {number} of insert({model.name}).values([...]) names the columns "
+                f"{sorted(set(row) - {model.id_key})}, but row 0 names {sorted(first)}; "
+                "SQLAlchemy writes the first row's columns in every row, so give every row "
+                "the same columns (the ID may be left out of any)"
+            )
+    return [_routing_values(model, row, parameters, f"row {n}") for n, row in enumerate(listed)]
 
 
 def run_bulk(
     state: ORMExecuteState, model: ShardedModel, allowed: Optional[frozenset[int]] = None
 ) -> Result[Any]:
-    """INSERT (one row or many) and bulk UPDATE by primary key: rows grouped by shard
-    (the statement checked by ``execute.check_rows_written``, which calls :func:`check_rows`).
+    """INSERT (one row, a list of rows in ``values([...])``, or many as executemany) and
+    bulk UPDATE by primary key: rows grouped by shard (the statement checked by
+    ``execute.check_rows_written``, which calls :func:`check_rows`).
 
     ``allowed``: the shards a hint permits; a row routed elsewhere raises
     :class:`~snowshard.sharding.errors.ShardHintConflict` before any SQL runs.
     """
     statement = state.statement
     parameters: Any = state.parameters
+    is_insert = isinstance(statement, Insert)
+    listed = listed_rows(statement) if is_insert else None
+    if listed is not None and state.is_executemany:
+        raise UnsupportedShardQuery(
+            f"insert({model.name}).values([...]) run with a list of parameter sets: give "
+            "the rows either way, not both"
+        )
     rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
-    if isinstance(statement, Insert) and not state.is_executemany:
-        rows = [{**_literal_values(statement), **rows[0]}]
+    if is_insert and not state.is_executemany:
+        rows = given_rows(statement, parameters or {}, model)
     # an update row whose keys disagree (it would move) raises ShardKeyConflict here
-    grouped = _rows_by_shard(model, rows, isinstance(statement, Insert))
+    grouped = _rows_by_shard(model, rows, is_insert)
     if allowed is not None and not set(grouped) <= allowed:
         raise ShardHintConflict(
             f"rows of this statement on {model.name} belong to shard(s) "
@@ -150,11 +217,17 @@ def run_bulk(
         group = [row for _, row in numbered]
         source = statement
         params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
-        if isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
+        if listed is not None:
+            source, params = values_cleared(statement), parameters or None
+        elif isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
             # insert(...).values(...) alone: what was issued here (the ID) joins values(),
             # as SQLAlchemy < 2.0.11 refuses values() plus a separate parameter dict
             source, params = statement.values(**params), None
-        new = retarget(source, {model: Target(model, (shard,))})
+        new: Any = retarget(source, {model: Target(model, (shard,))})
+        if listed is not None:
+            # the group's rows as given (SQL expressions kept), each with its ID; named by
+            # column key, so they name the physical table's columns
+            new = new.values([_with_issued(listed[number], row) for number, row in numbered])
         database = model.database_of(shard)
         options = {
             **{k: v for k, v in state.local_execution_options.items() if k not in HINT_OPTIONS},
@@ -169,6 +242,8 @@ def run_bulk(
     if len(results) > 1 and has_returning(statement):
         numbers = [[number for number, _ in numbered] for numbered in grouped.values()]
         return _in_parameter_order(statement, results, numbers)
+    if len(results) > 1 and is_insert:
+        return merge_inserted(results)
     return merge_results(results)
 
 
@@ -199,12 +274,9 @@ def _in_parameter_order(
     return frozen[0].with_new_rows(placed)()
 
 
-def _literal_values(statement: Any) -> dict[str, Any]:
-    return {
-        key: value.value
-        for key, value in assigned(statement).items()
-        if isinstance(value, BindParameter)
-    }
+def _with_issued(given: Mapping[str, Any], routed: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of ``values([...])`` as given, with what routing it issued (its ID)."""
+    return {**given, **{key: value for key, value in routed.items() if key not in given}}
 
 
 def _new_only(row: Mapping[str, Any], given: Mapping[str, Any], statement: Any) -> dict[str, Any]:

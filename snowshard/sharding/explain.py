@@ -21,9 +21,8 @@ from typing import Any, Optional
 from sqlalchemy import Executable, Insert
 from sqlalchemy.orm import Session
 from sqlalchemy.exc import CompileError, InvalidRequestError
-from sqlalchemy.sql.elements import BindParameter
 
-from snowshard.sharding.bulk import assigned
+from snowshard.sharding.bulk import given_rows
 from snowshard.sharding.errors import ShardingError
 from snowshard.sharding.evaluate import BY_VALUE
 from snowshard.sharding.execute import Plan, Step, check_rows_written, plan_statement
@@ -218,9 +217,12 @@ def _from_plan(session: Any, kind: str, plan: Plan, hint: Optional[Hint]) -> Exp
     )
 
 
-def _insert(session: Any, statement: Any, model: ShardedModel, hint: Optional[Hint]) -> Explanation:
-    values = {k: v.value for k, v in assigned(statement).items() if isinstance(v, BindParameter)}
-    shard = model.shard_of_values(values, "the row") if values else None
+def _insert(
+    statement: Any, params: Mapping[str, Any], model: ShardedModel, hint: Optional[Hint]
+) -> Explanation:
+    rows = given_rows(statement, params, model)
+    shards = {model.shard_of_values(row, f"row {n}") for n, row in enumerate(rows)}
+    shard = shards.pop() if len(shards) == 1 else None
     if shard is None:
         return Explanation(
             "insert",
@@ -296,7 +298,7 @@ def explain(
             return _unsharded(session, statement, kind, hint)
         if isinstance(statement, Insert):
             check_rows_written(session, statement, models)
-            return _insert(session, statement, models[0], hint)
+            return _insert(statement, params or {}, models[0], hint)
         plan = plan_statement(session, statement, params or {}, hint, models)
     except ShardingError as exc:
         return Explanation(kind, tuple(m.name for m in models), "refused", refused=str(exc))

@@ -31,7 +31,7 @@ from sqlalchemy.sql.compiler import Compiled
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard._compat import upsert_clauses_of
+from snowshard._compat import untraversed_of
 from snowshard.sharding.driver_errors import DATABASE_OPTION
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import MODEL_INFO
@@ -58,8 +58,8 @@ def logical_tables_of(compiled: Compiled) -> tuple[str, ...]:
         return ()
     target = getattr(statement, "element", None)  # DDL: a table, or an index of one
     named: set[str] = set()
-    upserts = [e for clause in upsert_clauses_of(statement) for e in iterate(clause)]
-    for element in [getattr(target, "table", target), *iterate(statement), *upserts]:
+    hidden = [e for clause in untraversed_of(statement) for e in iterate(clause)]
+    for element in [getattr(target, "table", target), *iterate(statement), *hidden]:
         table = element.table if isinstance(element, ColumnClause) else element
         if isinstance(table, Table) and MODEL_INFO in table.info:
             named.add(table.name)
