@@ -1,5 +1,5 @@
-"""Random UPDATE and DELETE statements on sharded models change exactly the rows they change
-on one plain table, or raise a named refusal before any SQL runs.
+"""Random UPDATE, DELETE and INSERT statements on sharded models change exactly the rows they
+change on one plain table, or raise a named refusal before any SQL runs.
 
 The configurations are those of the read differential (``tests/twin_setups.py``). Each
 example builds one statement from a grammar for both sides of the twin shop (one in four
@@ -13,8 +13,15 @@ statement, then the sharded one, in one session, and compares the rowcount, the 
 returned and every row of both tables afterwards; then rolls back. A statement the twin's
 database itself rejects (MariaDB's UPDATE ... RETURNING, a subquery on the table being
 changed, an unevaluable ``synchronize_session='evaluate'``) says nothing about sharding and
-is skipped. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` and ``SNOWSHARD_DIFFERENTIAL_SEED`` work as
-for the read differential.
+is skipped.
+
+One write in three inserts orders instead (:class:`InsertWrite`): one row's ``values()``, a
+``values([...])`` list, executemany or ORM objects, plain or as an upsert (ON CONFLICT DO
+NOTHING / DO UPDATE, MariaDB's IGNORE / ON DUPLICATE KEY UPDATE) of new IDs, existing ones,
+or IDs of another user's gene, some amounts given as SQL, with or without RETURNING; compared
+by what it reports, each row read back by its ID and its user (reads that look only in the
+table the key names) and every row afterwards. ``SNOWSHARD_DIFFERENTIAL_EXAMPLES`` and
+``SNOWSHARD_DIFFERENTIAL_SEED`` work as for the read differential.
 """
 
 from __future__ import annotations
@@ -26,17 +33,18 @@ from typing import Any
 import pytest
 from hypothesis import event, given, reject
 from hypothesis import strategies as st
-from sqlalchemy import case, delete, exists, func, select, update
+from sqlalchemy import case, delete, exists, func, insert, select, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import aliased
 
 from snowshard.orm import id_since
-from snowshard.sharding import ShardKeyChanged, UnsupportedShardQuery
+from snowshard.sharding import ShardKeyChanged, ShardKeyConflict, UnsupportedShardQuery
 from tests.shop_setup import rows_of, sort_rows
 from tests.twin_setups import CONFIGS, Setup, build_setup, differential
 from tests.worlds import LAYOUT, TWIN_SWITCH, TWIN_USERS, Models
 
 USERS = list(TWIN_USERS)
-REFUSALS = (UnsupportedShardQuery, ShardKeyChanged)
+REFUSALS = (UnsupportedShardQuery, ShardKeyChanged, ShardKeyConflict)
 """What a sharded write may raise instead of answering: named, and before any SQL."""
 
 
@@ -156,9 +164,13 @@ class Write:
 
 
 @st.composite
-def writes(draw: Any) -> Write:
-    if draw(st.integers(0, 3)) == 0:
+def writes(draw: Any, nullable: bool = False) -> Write | InsertWrite:
+    """One write in four changes items; of the rest, one in three inserts orders."""
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
         return item_writes(draw)
+    if kind in (1, 2):
+        return insert_writes(draw, nullable)
     return order_writes(draw)
 
 
@@ -210,6 +222,118 @@ def order_writes(draw: Any) -> Write:
     return Write(build, returning)
 
 
+@dataclass(frozen=True)
+class RowSpec:
+    """One row of an INSERT, made concrete for each example (:meth:`InsertWrite.rows`)."""
+
+    user: int | None
+    """Index into the users, or None for a NULL ``user_id`` (nullable shops only)."""
+    id_kind: str
+    """``fresh`` (a new ID of the user's gene), ``taken`` (an existing order's ID and user:
+    a conflict; each row of a statement another order's) or ``foreign`` (a new ID of
+    another user's gene)."""
+    amount: int | None
+    status: str | None
+    computed: bool
+    """The amount as a SQL expression (``abs(-amount)``) rather than a value."""
+
+
+_UPSERT_SETS: list[Callable[[Any, Any], dict[str, Any]]] = [
+    lambda model, new: {"amount": new.amount + 1},
+    lambda model, new: {"status": "sent"},
+    lambda model, new: {"amount": model.amount + 100},  # the row's own column (2.1 only)
+]
+"""The SET of an upsert's update: the row's new values, a constant, the existing row's."""
+
+
+@dataclass
+class InsertWrite:
+    """An INSERT of some rows: one row's ``values()``, a ``values([...])`` list, executemany
+    or ORM objects; plain, ON CONFLICT DO NOTHING / DO UPDATE (MariaDB: IGNORE / ON
+    DUPLICATE KEY UPDATE); on the ORM entity or its table; with or without RETURNING."""
+
+    specs: list[RowSpec]
+    form: str
+    conflict: str | None
+    upsert_set: int
+    core: bool
+    returning: bool
+
+    def rows(self, setup: Setup, taken: list[Any]) -> list[dict[str, Any]]:
+        """The rows, with IDs issued now (the same for both sides)."""
+        ids, rows = setup.shop.ids, []
+        for n, spec in enumerate(self.specs):
+            user = None if spec.user is None else USERS[spec.user]
+            gene = user if user is not None else n
+            if spec.id_kind == "taken":  # a different order for each row of the statement
+                row_id, user = taken[((spec.user or 0) * 5 + n * 11) % len(taken)]
+            elif spec.id_kind == "foreign":
+                row_id = ids.next_id(gene=USERS[(spec.user or 0) + 1])
+            else:
+                row_id = ids.next_id(gene=gene)
+            rows.append(
+                {"id": row_id, "user_id": user, "amount": spec.amount, "status": spec.status}
+            )
+        return rows
+
+    def statement(self, backend: str, w: Models, rows: list[dict[str, Any]]) -> Any:
+        """The statement, and its values when they are part of it (not executemany)."""
+        model = w.Order.__table__ if self.core else w.Order
+        dialect = {"mysql": mysql, "postgresql": postgresql}.get(backend, sqlite)
+        statement = dialect.insert(model) if self.conflict else insert(model)
+        if self.form in ("one", "values"):
+            listed = [self._valued(row, n) for n, row in enumerate(rows)]
+            statement = statement.values(listed[0] if self.form == "one" else listed)
+        if self.conflict == "nothing":
+            if backend == "mysql":
+                statement = statement.prefix_with("IGNORE")
+            else:
+                statement = statement.on_conflict_do_nothing()
+        elif self.conflict == "update":
+            new = statement.inserted if backend == "mysql" else statement.excluded
+            target = w.Order if not self.core else w.Order.__table__.c
+            values = _UPSERT_SETS[self.upsert_set](target, new)
+            if backend == "mysql":
+                statement = statement.on_duplicate_key_update(values)
+            else:
+                statement = statement.on_conflict_do_update(index_elements=["id"], set_=values)
+        if self.returning:
+            columns = w.Order.__table__.c if self.core else w.Order
+            statement = statement.returning(columns.id, columns.amount)
+        return statement
+
+    def _valued(self, row: dict[str, Any], n: int) -> dict[str, Any]:
+        spec = self.specs[n]
+        if spec.computed and row["amount"] is not None:
+            return {**row, "amount": func.abs(-row["amount"])}
+        return row
+
+
+def insert_writes(draw: Any, nullable: bool) -> InsertWrite:
+    """An INSERT of orders (:class:`InsertWrite`)."""
+    form = draw(st.sampled_from(["one", "values", "values", "many", "orm"]))
+    conflict = None if form == "orm" else draw(st.sampled_from([None, None, "nothing", "update"]))
+    kinds = ["fresh", "fresh", "fresh", "foreign"] + (["taken", "taken"] if conflict else [])
+    users = st.integers(0, len(USERS) - 2)
+    spec = st.builds(
+        RowSpec,
+        user=st.one_of(st.none(), users) if nullable else users,
+        id_kind=st.sampled_from(kinds),
+        amount=st.one_of(st.none(), st.integers(0, 20)),
+        status=st.sampled_from(["new", "paid", "sent", None]),
+        computed=st.booleans() if form in ("one", "values") else st.just(False),
+    )
+    specs = draw(st.lists(spec, min_size=1, max_size=1 if form == "one" else 4))
+    return InsertWrite(
+        specs,
+        form,
+        conflict,
+        draw(st.sampled_from(range(len(_UPSERT_SETS)))),
+        core=form != "orm" and draw(st.booleans()),
+        returning=form != "orm" and draw(st.booleans()),
+    )
+
+
 # --------------------------------------------------------------------------- comparing
 
 
@@ -231,41 +355,99 @@ def _applied(session: Any, statement: Any, returning: bool) -> tuple[int, list[A
     return result.rowcount, []
 
 
-def compare(setup: Setup, write: Write) -> None:
-    """The sharded write's rowcount, returned rows and effect equal the twin's, or it is
-    refused before any SQL; both are rolled back."""
-    sharded, twin = setup.shop.sharded, setup.shop.twin
+def _compare_sides(
+    setup: Setup, shown: str, apply: Callable[[Any, Models], Any], compared: str
+) -> None:
+    """``apply`` (a write, then what is read after it) on the twin, then on the sharded side,
+    each rolled back: equal, or the sharded write refused before any SQL. A write the twin's
+    own database rejects says nothing about sharding: skipped."""
     log = setup.world.log
-    statement = write.build(sharded)
-    shown = f"{setup.name}: {statement}"
     with setup.session() as session:
         try:
-            expected = _applied(session, write.build(twin), write.returning)
+            expected = apply(session, setup.shop.twin)
         except Exception as exc:  # noqa: BLE001 - the twin's database refused it: not sharding's
-            event(f"the twin's database refused it: {type(exc).__name__} {str(exc)[:150]}")
+            event(f"the twin's database refused it: {type(exc).__name__} {str(exc)[:100]}")
             reject()
-        expected_after = _contents(session, twin)
         session.rollback()
         log.clear()
         try:
-            got = _applied(session, statement, write.returning)
+            got = apply(session, setup.shop.sharded)
         except REFUSALS as exc:
             assert len(log) == 0, f"SQL ran before the refusal of {shown}"
-            event(f"refused: {type(exc).__name__} {str(exc)[:90]}")
+            event(f"refused: {type(exc).__name__} {str(exc)[:60]}")
             return
-        except Exception as exc:  # noqa: BLE001 - any other outcome fails, naming the statement
+        except Exception as exc:  # noqa: BLE001 - any other outcome fails, naming the write
             pytest.fail(f"{shown}\nraised {type(exc).__name__}: {exc}")
-        got_after = _contents(session, sharded)
         session.rollback()
-    event("compared")
+    event(compared)
     assert got == expected, shown
-    assert got_after == expected_after, shown
+
+
+def compare(setup: Setup, write: Write) -> None:
+    """The sharded write's rowcount, returned rows and effect equal the twin's, or it is
+    refused before any SQL."""
+
+    def apply(session: Any, w: Models) -> Any:
+        return _applied(session, write.build(w), write.returning), _contents(session, w)
+
+    _compare_sides(setup, f"{setup.name}: {write.build(setup.shop.sharded)}", apply, "compared")
+
+
+def _inserted(session: Any, write: InsertWrite, backend: str, w: Models, rows: list[Any]) -> Any:
+    """What an INSERT reports: the rows returned (sorted), else its rowcount (or that its
+    result has none: an ORM executemany's, on one table as on shards)."""
+    if write.form == "orm":
+        session.add_all([w.Order(**row) for row in rows])
+        session.flush()
+        return "flushed"
+    statement = write.statement(backend, w, rows)
+    many = write.form == "many"
+    result = session.execute(statement, rows) if many else session.execute(statement)
+    if write.returning:
+        return sort_rows(rows_of(result))
+    return getattr(result, "rowcount", "no rowcount")
+
+
+def _placed(session: Any, w: Models, rows: list[dict[str, Any]]) -> list[Any]:
+    """Each row read back by its ID and its user's orders by the user: reads that look in
+    the table the key names only, so a row stored in another table is missed."""
+    m = w.Order
+    found = []
+    for row in rows:
+        found.append(rows_of(session.execute(select(m.user_id, m.amount).where(m.id == row["id"]))))
+        if row["user_id"] is not None:
+            mine = select(func.count(), func.sum(m.amount)).where(m.user_id == row["user_id"])
+            found.append(rows_of(session.execute(mine)))
+    return found
+
+
+def compare_insert(setup: Setup, write: InsertWrite) -> None:
+    """The sharded INSERT's report, its rows read back by key and every row afterwards equal
+    the twin's, or it is refused before any SQL."""
+    if write.form == "orm" and setup.aio is not None:
+        reject()  # the async variant's session is driven statement by statement
+    twin = setup.shop.twin
+    with setup.session() as session:
+        taken = [tuple(r) for r in session.execute(select(twin.Order.id, twin.Order.user_id))]
+    rows = write.rows(setup, sorted(taken))
+    backend = setup.name.split("-")[0]
+
+    def apply(session: Any, w: Models) -> Any:
+        report = _inserted(session, write, backend, w, rows)
+        return report, _placed(session, w, rows), _contents(session, w)
+
+    shown = f"{setup.name}: {write} {rows}"
+    _compare_sides(setup, shown, apply, f"compared: insert, {write.form}")
 
 
 @differential
-@given(write=writes())
+@given(data=st.data())
 def test_sharded_writes_change_what_one_table_changes_or_are_refused(
-    setup: Setup, write: Write
+    setup: Setup, data: st.DataObject
 ) -> None:
-    """Every random UPDATE/DELETE changes the rows the twin's does, or raises a refusal."""
-    compare(setup, write)
+    """Every random UPDATE/DELETE/INSERT changes the rows the twin's does, or raises a refusal."""
+    write = data.draw(writes(setup.shop.nullable_keys))
+    if isinstance(write, InsertWrite):
+        compare_insert(setup, write)
+    else:
+        compare(setup, write)

@@ -68,8 +68,8 @@ class BlockingSession:
         self._aio = aio
         self._session = AsyncShardedSession(bind, databases=named)
 
-    def execute(self, statement: Any) -> Any:
-        return self._aio.run(self._session.execute(statement))
+    def execute(self, statement: Any, params: Any = None) -> Any:
+        return self._aio.run(self._session.execute(statement, params))
 
     def rollback(self) -> None:
         self._aio.run(self._session.rollback())
