@@ -409,16 +409,19 @@ def _inserted(session: Any, write: InsertWrite, backend: str, w: Models, rows: l
 
 
 def _placed(session: Any, w: Models, rows: list[dict[str, Any]]) -> list[Any]:
-    """Each row read back by its ID and its user's orders by the user: reads that look in
-    the table the key names only, so a row stored in another table is missed."""
+    """The rows read back by their IDs, and their users' orders counted by user: keyed reads,
+    which look only in the tables their keys name, so a row stored elsewhere is missed."""
     m = w.Order
-    found = []
-    for row in rows:
-        found.append(rows_of(session.execute(select(m.user_id, m.amount).where(m.id == row["id"]))))
-        if row["user_id"] is not None:
-            mine = select(func.count(), func.sum(m.amount)).where(m.user_id == row["user_id"])
-            found.append(rows_of(session.execute(mine)))
-    return found
+    ids = [row["id"] for row in rows]
+    users = sorted({row["user_id"] for row in rows if row["user_id"] is not None})
+    by_id = select(m.id, m.user_id, m.amount).where(m.id.in_(ids))
+    by_user = (
+        select(m.user_id, func.count(), func.sum(m.amount))
+        .where(m.user_id.in_(users))
+        .group_by(m.user_id)
+    )
+    queries = (by_id, by_user) if users else (by_id,)
+    return [sort_rows(rows_of(session.execute(query))) for query in queries]
 
 
 def compare_insert(setup: Setup, write: InsertWrite) -> None:
