@@ -63,3 +63,25 @@ def test_an_expression_reading_a_sharded_model_is_refused(shop: Setup, name: str
             session.flush()
         assert shop.sent == []
         session.rollback()
+
+
+@pytest.mark.parametrize("what", ["changed", "new"])
+def test_an_unsharded_rows_expression_reading_a_sharded_model_is_refused(
+    shop: Setup, what: str
+) -> None:
+    """note.label = (SELECT min(status) FROM orders) names a table no database holds: refused
+    before any SQL of the flush, naming the row, the attribute and the model (it was stopped
+    only by the runtime guard, as the statement was about to be sent)."""
+    s = shop.schema
+    with shop.session() as session:
+        if what == "new":
+            note = s.Note(id=901)
+            session.add(note)
+        else:
+            note = session.scalars(select(s.Note).order_by(s.Note.id).limit(1)).one()
+        note.label = select(func.min(s.Order.status)).scalar_subquery()
+        shop.sent.clear()
+        with pytest.raises(UnsupportedShardQuery, match=rf"a {what} Note row sets label .* Order"):
+            session.flush()
+        assert shop.sent == []
+        session.rollback()

@@ -3,7 +3,8 @@
 A SQL expression set on an attribute (``order.amount = Order.amount + 1``, the ORM's way
 to compute a value in the UPDATE) names the logical model; it is pointed at the row's own
 table here. One that reads a sharded model in a subquery, or names another model, is
-refused: it would read the row's table only.
+refused: it would read the row's table only. So is one set on an unsharded object that
+reads a sharded model (no database holds the model's logical table).
 
 Raised here, an error precedes any SQL of the flush: a row built without a shard key,
 a key changed to another shard's value (moving rows is not an update), a key set to
@@ -37,6 +38,7 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
     for obj in session.new:
         entry = model_of_class(type(obj))
         if entry is None:
+            _check_unsharded_row(obj, "new")
             continue
         model, shard = entry
         if shard is None:
@@ -56,7 +58,9 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
         _check_row(obj, model, shard, "new")
     for obj in session.dirty:
         entry = model_of_class(type(obj))
-        if entry is not None and entry[1] is not None:
+        if entry is None:
+            _check_unsharded_row(obj, "changed")
+        elif entry[1] is not None:
             _point_expressions(obj, entry[0], entry[1], "changed")
             _check_row(obj, entry[0], entry[1], "changed")
 
@@ -77,6 +81,21 @@ def _point_expressions(obj: Any, model: ShardedModel, shard: int, what: str) -> 
             )
         if named:
             setattr(obj, key, retarget(value, {model: Target(model, (shard,))}))
+
+
+def _check_unsharded_row(obj: Any, what: str) -> None:
+    """Refuse a SQL expression set on an unsharded object's attribute that reads a sharded
+    model: no database holds the model's logical table, and the row's statement runs in one
+    database (the guard of :mod:`~snowshard.sharding.logical_guard` would stop it later, in
+    the middle of the flush)."""
+    for key, value in obj.__dict__.items():
+        if isinstance(value, ClauseElement) and (named := models_named(value)):
+            raise UnsupportedShardQuery(
+                f"a {what} {type(obj).__name__} row sets {key} to a SQL expression that reads "
+                f"{', '.join(m.name for m in named)}, which is sharded: its statement runs in "
+                "one database, where no table holds all of its rows; run the query first "
+                "(the session merges it across shards) and set its result"
+            )
 
 
 def _check_row(obj: Any, model: ShardedModel, shard: int, what: str) -> None:
