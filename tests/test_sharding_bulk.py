@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import func, insert, literal, literal_column, select
+from sqlalchemy import bindparam, func, insert, literal, literal_column, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from snowshard.sharding import UnsupportedShardQuery, explain
@@ -19,6 +19,9 @@ ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *revers
 
 SORTED_RETURNING = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3]) >= (2, 0, 10)
 """Whether ``returning(sort_by_parameter_order=True)`` exists (new in SQLAlchemy 2.0.10)."""
+VALUES_WITH_PARAMETERS = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3]) >= (2, 0, 11)
+"""Whether an ORM ``insert().values(...)`` takes bound values from separate execution
+parameters (SQLAlchemy 2.0.11 on; before, not even on one plain table)."""
 SHARDED_UPSERTS = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
 """Whether an upsert clause naming the model's columns can run on shards (SQLAlchemy 2.1
 copies the clause with the statement; 2.0 does not)."""
@@ -307,6 +310,23 @@ def test_a_shard_key_given_as_sql_is_refused(shop: Setup, name: str) -> None:
         with pytest.raises(UnsupportedShardQuery, match=r"sets (user_id|id) to the SQL expression"):
             session.execute(statement)
         assert shop.sent == []
+
+
+@pytest.mark.skipif(not VALUES_WITH_PARAMETERS, reason="values() plus parameters: 2.0.11 on")
+def test_a_shard_key_bound_by_the_execution_parameters_routes_by_their_value(
+    shop: Setup,
+) -> None:
+    """values(user_id=bindparam("u")) run with {"u": user}: the row goes to that user's
+    table, where a read by the user finds it (a bound parameter is a value, not SQL)."""
+    s = shop.schema
+    statement = insert(s.Order).values(user_id=bindparam("u"), amount=bindparam("a"))
+    with shop.session() as session:
+        for user in USERS[:4]:
+            session.execute(statement, {"u": user, "a": 990 + user})
+        for user in USERS[:4]:
+            mine = select(s.Order.amount).where(s.Order.user_id == user, s.Order.amount >= 990)
+            assert session.scalars(mine).all() == [990 + user]
+        session.rollback()
 
 
 def test_listed_rows_naming_other_columns_are_refused(shop: Setup) -> None:

@@ -87,13 +87,21 @@ def merge_results(results: Sequence[Result[Any]]) -> Result[Any]:
 
 
 def _rows_by_shard(
-    model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool
+    model: ShardedModel, rows: Sequence[Mapping[str, Any]], issue: bool, every: bool = False
 ) -> dict[int, list[tuple[int, dict[str, Any]]]]:
-    """Each shard's rows, each with its position among ``rows``."""
+    """Each shard's rows, each with its position among ``rows``. ``issue``: a row without a
+    shard key gets its ID here; ``every``: so does every row without an ID whose gene
+    parent is known (a statement's own rows, whose values SQLAlchemy's column default may
+    not see under their column names: ``values(user_id=bindparam("u"))``)."""
     grouped: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    key = model.id_key
+    gene_from = model.gene_parent[1] if model.gene_parent else None
+    every = every and model.id_default is not None and key is not None and key in model.keys
     for number, source in enumerate(rows):
         row = dict(source)
         what = f"row {number}"
+        if every and key not in row and (gene_from is None or row.get(gene_from) is not None):
+            row[key] = model.issue_id(row, what)  # type: ignore[index]
         shard = model.shard_of_values(row, what)
         if shard is None:
             if not issue:
@@ -101,7 +109,6 @@ def _rows_by_shard(
                     f"{what} of this bulk statement on {model.name} has no shard key; "
                     f"give {' or '.join(model.keys)} in every row"
                 )
-            key = model.id_key
             assert key is not None  # issue_id raises without one
             row[key] = model.issue_id(row, what)
             shard = model.shard_of(key, row[key])
@@ -204,7 +211,7 @@ def run_bulk(
     if is_insert and not state.is_executemany:
         rows = given_rows(statement, parameters or {}, model)
     # an update row whose keys disagree (it would move) raises ShardKeyConflict here
-    grouped = _rows_by_shard(model, rows, is_insert)
+    grouped = _rows_by_shard(model, rows, is_insert, every=is_insert and not state.is_executemany)
     if allowed is not None and not set(grouped) <= allowed:
         raise ShardHintConflict(
             f"rows of this statement on {model.name} belong to shard(s) "
@@ -216,7 +223,7 @@ def run_bulk(
     for shard, numbered in grouped.items():
         group = [row for _, row in numbered]
         source = statement
-        params: Any = group if state.is_executemany else _new_only(group[0], rows[0], statement)
+        params: Any = group if state.is_executemany else _new_only(group[0], parameters or {}, statement)
         if listed is not None:
             source, params = values_cleared(statement), parameters or None
         elif isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
