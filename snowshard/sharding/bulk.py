@@ -172,10 +172,6 @@ def given_rows(
     listed = listed_rows(statement)
     if listed is None:
         return [{**_routing_values(model, assigned(statement), parameters, "row 0"), **parameters}]
-    if not listed:
-        raise UnsupportedShardQuery(
-            f"insert({model.name}).values([]) has no rows; give at least one"
-        )
     first = set(listed[0]) - {model.id_key}
     for number, row in enumerate(listed[1:], 1):
         if set(row) - {model.id_key} != first:
