@@ -4,6 +4,7 @@ table returns them, checked against the unsharded twin."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -150,13 +151,19 @@ def test_an_insert_reading_a_sharded_model_is_refused(shop: Setup, name: str) ->
         assert session.scalar(select(func.count()).select_from(s.Note)) == 4
 
 
-def _upserting(backend: str, model: Any, row: dict[str, Any], amount: Any) -> Any:
-    """An INSERT of ``row`` that sets ``amount`` where the ID exists, in ``backend``'s dialect."""
+def _upserting(
+    backend: str, model: Any, values: Any, amount: Callable[[Any], Any]
+) -> Any:
+    """An INSERT of ``values`` (a row or a list) that sets ``amount(new)`` where the ID
+    exists, in ``backend``'s dialect; ``new`` is the row's new values (``excluded``, MySQL's
+    ``inserted``)."""
     if backend.startswith("mysql"):
-        return mysql.insert(model).values(row).on_duplicate_key_update(amount=amount)
+        statement = mysql.insert(model).values(values)
+        return statement.on_duplicate_key_update(amount=amount(statement.inserted))
     dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
-    return dialect_insert(model).values(row).on_conflict_do_update(
-        index_elements=["id"], set_={"amount": amount}
+    statement = dialect_insert(model).values(values)
+    return statement.on_conflict_do_update(
+        index_elements=["id"], set_={"amount": amount(statement.excluded)}
     )
 
 
@@ -168,7 +175,7 @@ def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) ->
     with shop.session() as session:
         existing = session.execute(select(s.Order.id, s.Order.user_id).limit(1)).one()
         row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
-        statement = _upserting(shop.name, s.Order, row, count)
+        statement = _upserting(shop.name, s.Order, row, lambda new: count)
         shop.sent.clear()
         with pytest.raises(UnsupportedShardQuery, match="reads Order in a subquery of its values"):
             session.execute(statement)
@@ -190,7 +197,7 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
         outcomes = []
         for model in (s.OrderTwin, s.Order):
             row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
-            statement = _upserting(shop.name, model, row, model.amount + 100)
+            statement = _upserting(shop.name, model, row, lambda new: model.amount + 100)
             shop.sent.clear()
             if model is s.Order and not SHARDED_UPSERTS:
                 with pytest.raises(UnsupportedShardQuery, match="insert.excluded"):
@@ -256,30 +263,17 @@ def test_listed_rows_return_in_the_order_given(shop: Setup) -> None:
         session.rollback()
 
 
-def _listed_upsert(backend: str, model: Any, rows: list[dict[str, Any]]) -> Any:
-    """An INSERT of ``rows`` adding 1 to the amount given where the ID exists."""
-    if backend.startswith("mysql"):
-        statement = mysql.insert(model).values(rows)
-        return statement.on_duplicate_key_update(amount=statement.inserted.amount + 1)
-    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
-    statement = dialect_insert(model).values(rows)
-    return statement.on_conflict_do_update(
-        index_elements=["id"], set_={"amount": statement.excluded.amount + 1}
-    )
-
-
 def test_listed_upsert_changes_what_the_twin_changes(shop: Setup) -> None:
     """An upsert of a values([...]) list, some of whose IDs exist in several tables, leaves
     the rows the twin's leaves, with the same rowcount."""
     s = shop.schema
     with shop.session() as session:
+        models = (s.Order, s.OrderTwin)
         existing = session.execute(select(s.OrderTwin.id, s.OrderTwin.user_id)).all()[::7]
         rows = [{"id": i, "user_id": u, "amount": 600 + n} for n, (i, u) in enumerate(existing)]
         rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 650 + u} for u in USERS]
-        counts = [
-            session.execute(_listed_upsert(shop.name, model, rows)).rowcount
-            for model in (s.Order, s.OrderTwin)
-        ]
+        adding = [_upserting(shop.name, m, rows, lambda new: new.amount + 1) for m in models]
+        counts = [session.execute(statement).rowcount for statement in adding]
         assert _contents(session, s.Order) == _contents(session, s.OrderTwin)
         assert counts[0] == counts[1]
         session.rollback()

@@ -163,13 +163,18 @@ def _routing_values(
 
 
 def given_rows(
-    statement: Any, parameters: Mapping[str, Any], model: ShardedModel
+    statement: Any,
+    parameters: Mapping[str, Any],
+    model: ShardedModel,
+    listed: Optional[list[dict[str, Any]]] = None,
 ) -> list[dict[str, Any]]:
     """The rows of an INSERT of ``model`` run with ``parameters`` (one execution, not
     executemany), each as the values known before it runs: those of ``values([...])``, or
     the one row of ``values(...)`` updated by ``parameters``. Refuses a shard key given
-    as a SQL expression, and rows of ``values([...])`` naming different columns."""
-    listed = listed_rows(statement)
+    as a SQL expression, and rows of ``values([...])`` naming different columns.
+    ``listed``: the statement's :func:`~snowshard._compat.listed_rows`, if already read."""
+    if listed is None:
+        listed = listed_rows(statement)
     if listed is None:
         return [{**_routing_values(model, assigned(statement), parameters, "row 0"), **parameters}]
     first = set(listed[0]) - {model.id_key}
@@ -205,7 +210,7 @@ def run_bulk(
         )
     rows: Sequence[Mapping[str, Any]] = parameters if state.is_executemany else [parameters or {}]
     if is_insert and not state.is_executemany:
-        rows = given_rows(statement, parameters or {}, model)
+        rows = given_rows(statement, parameters or {}, model, listed)
     # an update row whose keys disagree (it would move) raises ShardKeyConflict here
     grouped = _rows_by_shard(model, rows, is_insert, every=is_insert and not state.is_executemany)
     if allowed is not None and not set(grouped) <= allowed:
@@ -219,7 +224,8 @@ def run_bulk(
     for shard, numbered in grouped.items():
         group = [row for _, row in numbered]
         source = statement
-        params: Any = group if state.is_executemany else _new_only(group[0], parameters or {}, statement)
+        given = parameters or {}
+        params: Any = group if state.is_executemany else _new_only(group[0], given, statement)
         if listed is not None:
             source, params = values_cleared(statement), parameters or None
         elif isinstance(statement, Insert) and not state.is_executemany and not state.parameters:
