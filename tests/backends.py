@@ -38,7 +38,10 @@ that is unset then fails its fixture too, instead of falling back.
 
 Isolation: every test gets brand-new databases named ``snowshard_t_<random>`` (SQLite files in
 ``tmp_path``) and they are dropped on teardown, from the server each was created on, so runs
-can be repeated against the same servers. Redis tests get a unique key prefix and only keys under it are deleted afterwards.
+can be repeated against the same servers. On the shared PostgreSQL servers a test's
+database is instead emptied and renamed for a later test (``tests/recycled_databases.py``:
+creating one costs far more), so its name is gone all the same; those are dropped when the
+session ends. Redis tests get a unique key prefix and only keys under it are deleted afterwards.
 
 Fixtures (all return plain strings / small objects, never engines):
 
@@ -84,6 +87,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.pool import NullPool
+
+from tests.recycled_databases import RecycledDatabases
 
 __all__ = [
     "DB_NAME_PREFIX",
@@ -631,6 +636,30 @@ def _drop_database(backend: str, server_url: str, name: str) -> None:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {_mysql_quote(name)}")
 
 
+# PostgreSQL databases of the shared servers are emptied and renamed after a test, for the
+# next one, instead of dropped (tests/recycled_databases.py says why); dropped at the end.
+_RECYCLED = RecycledDatabases(_admin, _new_name)
+_RECYCLED_SERVER_ENVS = (ENV_URLS["postgresql"], POSTGRES2_ENV)
+
+
+def _recyclable(kind: str, server: str) -> bool:
+    """Whether ``server`` is a shared PostgreSQL server of the environment (not one a test
+    started, which it may stop)."""
+    if kind != "postgresql":
+        return False
+    shared = (os.environ.get(var, "").strip() for var in _RECYCLED_SERVER_ENVS)
+    return server in {_normalize(kind, url) for url in shared if url}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _recycled_postgres_databases() -> Iterator[None]:
+    """Drops the recycled PostgreSQL databases when the session ends."""
+    yield
+    problems = _RECYCLED.drop_all()
+    if problems:
+        raise RuntimeError("could not drop test databases: " + "; ".join(problems))
+
+
 class DatabaseFactory:
     """Creates fresh empty databases and drops them (after disposing engines) on cleanup.
 
@@ -652,9 +681,8 @@ class DatabaseFactory:
         self._tmp_path = tmp_path
         self._server_url = server_url
         self._second_server_url = second_server_url
-        self._created: list[
-            tuple[str, str, str]
-        ] = []  # (backend, server_url, name or path)
+        # (backend, server_url, name or path, PostgreSQL creation options)
+        self._created: list[tuple[str, str, str, str | None]] = []
         self._engines: list[Engine] = []
 
     def __call__(
@@ -681,16 +709,21 @@ class DatabaseFactory:
                 path.touch(
                     exist_ok=False
                 )  # a 0-byte file is a valid, empty SQLite database
-                self._created.append((kind, "", str(path)))
+                self._created.append((kind, "", str(path), None))
                 urls.append(_render(URL.create("sqlite", database=str(path))))
                 continue
             server = server_url if server_url is not None else self._default_server(kind, index)
             server = _normalize(kind, server)
-            # Record first: if CREATE half-worked, cleanup still tries the DROP.
-            self._created.append((kind, server, name))
             locale = pg_locale if pg_locale is None or isinstance(pg_locale, str) else (
                 pg_locale[index % len(pg_locale)]
             )
+            recycled = _RECYCLED.take(server, locale) if _recyclable(kind, server) else None
+            if recycled is not None:
+                self._created.append((kind, server, recycled, locale))
+                urls.append(_render(make_url(server).set(database=recycled)))
+                continue
+            # Record first: if CREATE half-worked, cleanup still tries the DROP.
+            self._created.append((kind, server, name, locale))
             urls.append(_create_database(kind, server, name, locale))
         return urls
 
@@ -729,11 +762,13 @@ class DatabaseFactory:
         while self._engines:
             self._engines.pop().dispose()
         while self._created:
-            kind, server, name = self._created.pop()
+            kind, server, name, locale = self._created.pop()
             try:
                 if kind == "sqlite":
                     for suffix in ("", "-journal", "-wal", "-shm"):
                         Path(name + suffix).unlink(missing_ok=True)
+                elif _recyclable(kind, server) and _RECYCLED.give_back(server, locale, name):
+                    pass  # emptied and kept under a new name: this name is gone
                 else:
                     _drop_database(kind, server, name)
             except Exception as exc:  # noqa: BLE001 - keep dropping the others, report all
