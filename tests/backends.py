@@ -661,7 +661,8 @@ def _recycled_postgres_databases() -> Iterator[None]:
 
 
 class DatabaseFactory:
-    """Creates fresh empty databases and drops them (after disposing engines) on cleanup.
+    """Creates fresh empty databases and drops them (after disposing engines) on cleanup;
+    on the shared PostgreSQL servers, recycles them instead (emptied, under a new name).
 
     ``factory(backend, count=1, *, server_url=None, pg_locale=None) -> list[str]`` returns
     SQLAlchemy URLs (sqlite:///..., postgresql+psycopg://..., mysql+pymysql://...).
