@@ -273,7 +273,11 @@ def untraversed_of(statement: Any) -> list[Any]:
         return []
     found = [] if UPSERT_CLAUSES_RETARGETED else upsert_clauses_of(statement)
     for row in listed_rows(statement) or ():
-        found.extend(v for v in row.values() if isinstance(v, sqlalchemy.ClauseElement))
+        for value in row.values():
+            if hasattr(value, "__clause_element__"):  # an ORM attribute: its column
+                value = value.__clause_element__()
+            if isinstance(value, sqlalchemy.ClauseElement):
+                found.append(value)
     return found
 
 

@@ -136,7 +136,7 @@ def _known(value: Any, parameters: Mapping[str, Any]) -> Any:
     value, a bound one (its execution parameter if given one), else :data:`_UNKNOWN`."""
     if isinstance(value, BindParameter):
         return parameters[value.key] if value.key in parameters else value.effective_value
-    if isinstance(value, ClauseElement) or hasattr(value, "__clause_element__"):
+    if _is_sql(value):
         return _UNKNOWN
     return value
 
@@ -232,11 +232,14 @@ def run_bulk(
             # insert(...).values(...) alone: what was issued here (the ID) joins values(),
             # as SQLAlchemy < 2.0.11 refuses values() plus a separate parameter dict
             source, params = statement.values(**params), None
-        new: Any = retarget(source, {model: Target(model, (shard,))})
+        targets = {model: Target(model, (shard,))}
+        new: Any = retarget(source, targets)
         if listed is not None:
-            # the group's rows as given (SQL expressions kept), each with its ID; named by
-            # column key, so they name the physical table's columns
-            new = new.values([_with_issued(listed[number], row) for number, row in numbered])
+            # the group's rows as given, each with its ID; named by column key, so they name
+            # the physical table's columns. SQLAlchemy's traversal does not enter them: their
+            # SQL expressions are retargeted here, as the statement's own values() are
+            rows_given = [_with_issued(listed[number], row) for number, row in numbered]
+            new = new.values([_retargeted(row, targets) for row in rows_given])
         database = model.database_of(shard)
         options = {
             **{k: v for k, v in state.local_execution_options.items() if k not in HINT_OPTIONS},
@@ -286,6 +289,25 @@ def _in_parameter_order(
 def _with_issued(given: Mapping[str, Any], routed: Mapping[str, Any]) -> dict[str, Any]:
     """A row of ``values([...])`` as given, with what routing it issued (its ID)."""
     return {**given, **{key: value for key, value in routed.items() if key not in given}}
+
+
+def _is_sql(value: Any) -> bool:
+    """Whether a value given for a column is SQL: an expression, or what stands for one
+    (an ORM attribute, anything with ``__clause_element__``)."""
+    return isinstance(value, ClauseElement) or hasattr(value, "__clause_element__")
+
+
+def _sql_expression(value: Any) -> Any:
+    """The expression an :func:`_is_sql` value stands for (an ORM attribute's column)."""
+    return value.__clause_element__() if hasattr(value, "__clause_element__") else value
+
+
+def _retargeted(row: Mapping[str, Any], targets: Mapping[ShardedModel, Target]) -> dict[str, Any]:
+    """A listed row whose SQL expressions name the target tables (an ORM attribute too)."""
+    return {
+        key: retarget(_sql_expression(value), targets) if _is_sql(value) else value
+        for key, value in row.items()
+    }
 
 
 def _new_only(row: Mapping[str, Any], given: Mapping[str, Any], statement: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from sqlalchemy.sql.elements import (
     Grouping,
 )
 
-from snowshard._compat import deannotated
+from snowshard._compat import deannotated, untraversed_of
 from snowshard.sharding.model import ShardedModel, model_of_table
 
 __all__ = ["KeyTerm", "Route", "RouteRecipe", "find_models", "route", "route_recipe"]
@@ -64,9 +64,10 @@ def _base(element: Any) -> Any:
 
 
 def find_models(statement: Any) -> list[ShardedModel]:
-    """The sharded models whose logical table the statement names, in order of appearance."""
+    """The sharded models whose logical table the statement names, in order of appearance
+    (an INSERT's ``values([...])`` rows included, which SQLAlchemy's traversal skips)."""
     found: list[ShardedModel] = []
-    stack = [statement]
+    stack = [*reversed(untraversed_of(statement)), statement]
     while stack:
         element = stack.pop()
         if isinstance(element, ColumnClause):
