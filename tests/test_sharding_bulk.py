@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import sqlalchemy
 from sqlalchemy import bindparam, func, insert, literal, literal_column, select
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from snowshard.sharding import UnsupportedShardQuery, explain
+from tests.dialect_inserts import dialect_insert, skipping_existing, updating_existing
 from tests.shop_setup import IDS, USERS, Setup
 
 ROWS = [{"user_id": u, "amount": 900 + n} for n, u in enumerate([*USERS, *reversed(USERS)])]
@@ -74,10 +74,7 @@ def test_sort_by_parameter_order_holds_across_shards(shop: Setup) -> None:
 
 def _ignoring(backend: str, model: Any) -> Any:
     """An INSERT that skips rows whose ID exists, in ``backend``'s dialect."""
-    if backend.startswith("mysql"):
-        return mysql.insert(model).prefix_with("IGNORE")
-    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
-    return dialect_insert(model).on_conflict_do_nothing()
+    return skipping_existing(backend, dialect_insert(backend, model))
 
 
 @pytest.mark.skipif(not SORTED_RETURNING, reason="sort_by_parameter_order is new in 2.0.10")
@@ -181,16 +178,9 @@ def _upserting(
     backend: str, model: Any, values: Any, amount: Callable[[Any], Any]
 ) -> Any:
     """An INSERT of ``values`` (a row or a list) that sets ``amount(new)`` where the ID
-    exists, in ``backend``'s dialect; ``new`` is the row's new values (``excluded``, MySQL's
-    ``inserted``)."""
-    if backend.startswith("mysql"):
-        statement = mysql.insert(model).values(values)
-        return statement.on_duplicate_key_update(amount=amount(statement.inserted))
-    dialect_insert = postgresql.insert if backend.startswith("postgresql") else sqlite.insert
-    statement = dialect_insert(model).values(values)
-    return statement.on_conflict_do_update(
-        index_elements=["id"], set_={"amount": amount(statement.excluded)}
-    )
+    exists, in ``backend``'s dialect; ``new`` is the row's new values."""
+    statement = dialect_insert(backend, model).values(values)
+    return updating_existing(backend, statement, lambda new: {"amount": amount(new)})
 
 
 def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) -> None:

@@ -34,11 +34,11 @@ import pytest
 from hypothesis import event, given, reject
 from hypothesis import strategies as st
 from sqlalchemy import case, delete, exists, func, insert, select, update
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import aliased
 
 from snowshard.orm import id_since
 from snowshard.sharding import ShardKeyChanged, ShardKeyConflict, UnsupportedShardQuery
+from tests.dialect_inserts import dialect_insert, skipping_existing, updating_existing
 from tests.shop_setup import rows_of, sort_rows
 from tests.twin_setups import CONFIGS, Setup, build_setup, differential
 from tests.worlds import LAYOUT, TWIN_SWITCH, TWIN_USERS, Models
@@ -279,24 +279,16 @@ class InsertWrite:
     def statement(self, backend: str, w: Models, rows: list[dict[str, Any]]) -> Any:
         """The statement, and its values when they are part of it (not executemany)."""
         model = w.Order.__table__ if self.core else w.Order
-        dialect = {"mysql": mysql, "postgresql": postgresql}.get(backend, sqlite)
-        statement = dialect.insert(model) if self.conflict else insert(model)
+        statement = dialect_insert(backend, model) if self.conflict else insert(model)
         if self.form in ("one", "values"):
             listed = [self._valued(row, n) for n, row in enumerate(rows)]
             statement = statement.values(listed[0] if self.form == "one" else listed)
         if self.conflict == "nothing":
-            if backend == "mysql":
-                statement = statement.prefix_with("IGNORE")
-            else:
-                statement = statement.on_conflict_do_nothing()
+            statement = skipping_existing(backend, statement)
         elif self.conflict == "update":
-            new = statement.inserted if backend == "mysql" else statement.excluded
             target = w.Order if not self.core else w.Order.__table__.c
-            values = _UPSERT_SETS[self.upsert_set](target, new)
-            if backend == "mysql":
-                statement = statement.on_duplicate_key_update(values)
-            else:
-                statement = statement.on_conflict_do_update(index_elements=["id"], set_=values)
+            sets = _UPSERT_SETS[self.upsert_set]
+            statement = updating_existing(backend, statement, lambda new: sets(target, new))
         if self.returning:
             columns = w.Order.__table__.c if self.core else w.Order
             statement = statement.returning(columns.id, columns.amount)
