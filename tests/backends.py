@@ -70,6 +70,7 @@ connection shows up as a ``ResourceWarning`` failure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import secrets
@@ -638,7 +639,7 @@ def _drop_database(backend: str, server_url: str, name: str) -> None:
 
 # PostgreSQL databases of the shared servers are emptied and renamed after a test, for the
 # next one, instead of dropped (tests/recycled_databases.py says why); dropped at the end.
-_RECYCLED = RecycledDatabases(_admin, _new_name)
+_RECYCLED = RecycledDatabases(_admin, _new_name, functools.partial(_drop_database, "postgresql"))
 _RECYCLED_SERVER_ENVS = (ENV_URLS["postgresql"], POSTGRES2_ENV)
 
 

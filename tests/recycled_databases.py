@@ -57,20 +57,24 @@ SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relname
 """
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def _quoted(conn: sa.Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote_identifier(name)
 
 
 class RecycledDatabases:
     """Empty PostgreSQL databases kept for reuse, per (server, creation options).
 
     ``admin(url)`` opens an autocommit connection to the database ``url`` names;
-    ``new_name()`` gives a database name never used before.
+    ``new_name()`` gives a database name never used before; ``drop(server, name)`` drops
+    a database, ending its connections.
     """
 
-    def __init__(self, admin: Admin, new_name: Callable[[], str]) -> None:
+    def __init__(
+        self, admin: Admin, new_name: Callable[[], str], drop: Callable[[str, str], None]
+    ) -> None:
         self._admin = admin
         self._new_name = new_name
+        self._drop = drop
         self._free: defaultdict[tuple[str, str | None], list[str]] = defaultdict(list)
 
     def take(self, server: str, options: str | None) -> str | None:
@@ -86,10 +90,12 @@ class RecycledDatabases:
             if not self._detached(conn, name):
                 return False
             try:
-                conn.exec_driver_sql(f"ALTER DATABASE {_quote(name)} RENAME TO {_quote(fresh)}")
+                conn.exec_driver_sql(
+                    f"ALTER DATABASE {_quoted(conn, name)} RENAME TO {_quoted(conn, fresh)}"
+                )
             except sa.exc.DBAPIError:  # someone connected again in between
                 return False
-            conn.exec_driver_sql(f"ALTER DATABASE {_quote(fresh)} RESET ALL")
+            conn.exec_driver_sql(f"ALTER DATABASE {_quoted(conn, fresh)} RESET ALL")
         emptied = False
         with contextlib.suppress(sa.exc.DBAPIError):
             emptied = self._emptied(sa.engine.make_url(server).set(database=fresh))
@@ -132,10 +138,10 @@ class RecycledDatabases:
         as template0 has it, and say whether nothing else is left."""
         with self._admin(url.render_as_string(hide_password=False)) as conn:
             for schema in conn.execute(sa.text(_USER_SCHEMAS)).scalars().all():
-                conn.exec_driver_sql(f"DROP SCHEMA {_quote(schema)} CASCADE")
+                conn.exec_driver_sql(f"DROP SCHEMA {_quoted(conn, schema)} CASCADE")
             publications = conn.exec_driver_sql("SELECT pubname FROM pg_publication")
             for publication in publications.scalars().all():
-                conn.exec_driver_sql(f"DROP PUBLICATION {_quote(publication)}")
+                conn.exec_driver_sql(f"DROP PUBLICATION {_quoted(conn, publication)}")
             version = conn.dialect.server_version_info or (0,)
             owner = "pg_database_owner" if version >= (14,) else "CURRENT_USER"
             conn.exec_driver_sql(f"CREATE SCHEMA public AUTHORIZATION {owner}")
@@ -143,7 +149,3 @@ class RecycledDatabases:
             conn.exec_driver_sql("COMMENT ON SCHEMA public IS 'standard public schema'")
             left: int = conn.execute(sa.text(_LEFTOVERS)).scalar_one()
         return left == 0
-
-    def _drop(self, server: str, name: str) -> None:
-        with self._admin(server) as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {_quote(name)} WITH (FORCE)")

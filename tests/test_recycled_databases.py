@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from tests.backends import _admin, _create_database, _new_name, list_test_databases
+from tests.backends import (
+    _admin,
+    _create_database,
+    _drop_database,
+    _new_name,
+    list_test_databases,
+)
 from tests.recycled_databases import RecycledDatabases
 
 pytestmark = pytest.mark.postgres
@@ -30,14 +37,13 @@ class Named:
 def pool(postgres_url: str) -> Iterator[tuple[RecycledDatabases, Named]]:
     """A pool of its own and the names it gave; its databases are dropped afterwards."""
     named = Named()
-    recycled = RecycledDatabases(_admin, named)
+    recycled = RecycledDatabases(_admin, named, partial(_drop_database, "postgresql"))
     try:
         yield recycled, named
     finally:
         assert recycled.drop_all() == []
-        with _admin(postgres_url) as conn:
-            for name in named.given:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for name in named.given:
+            _drop_database("postgresql", postgres_url, name)
 
 
 @pytest.fixture
@@ -48,8 +54,7 @@ def used(postgres_url: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        with _admin(postgres_url) as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop_database("postgresql", postgres_url, name)
 
 
 def _url(server: str, name: str) -> str:
