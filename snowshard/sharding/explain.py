@@ -15,7 +15,7 @@ refuses is explained with the refusal (``refused``) instead of raising.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from sqlalchemy import Executable, Insert
