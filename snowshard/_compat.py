@@ -84,10 +84,12 @@ __all__ = [
     "session_execution_options",
     "several_rows_per_object",
     "slot_parameter",
+    "sql_of",
     "suffixes_of",
     "syntax_extensions_of",
     "untraversed_of",
     "upsert_clauses_of",
+    "upsert_values_of",
     "values_cleared",
     "variant_for",
     "without_having",
@@ -211,13 +213,22 @@ def insert_select_of(statement: Any) -> Any:
     return getattr(statement, "select", None)
 
 
-def upsert_clauses_of(statement: Any) -> list[Any]:
-    """The expressions of an INSERT's ON CONFLICT DO UPDATE (PostgreSQL, SQLite) or ON
-    DUPLICATE KEY UPDATE (MySQL) clause: its SET values and WHERE.
+def sql_of(value: Any) -> Any:
+    """The SQL expression a value given for a column is or stands for: a ``ClauseElement``
+    itself, an ORM attribute's column (``__clause_element__``, all versions); None for a
+    plain value (which SQLAlchemy sends as a bound parameter)."""
+    if hasattr(value, "__clause_element__"):
+        value = value.__clause_element__()
+    return value if isinstance(value, sqlalchemy.ClauseElement) else None
+
+
+def upsert_values_of(statement: Any) -> list[Any]:
+    """What an INSERT's ON CONFLICT DO UPDATE (PostgreSQL, SQLite) or ON DUPLICATE KEY
+    UPDATE (MySQL) clause sets and tests, as given: its SET values (SQL expressions or
+    plain values, which SQLAlchemy sends as bound parameters) and WHERE.
 
     ``_post_values_clause`` holds the clause in every version; SQLAlchemy 2.0's traversal
-    (``get_children``, cloning) does not enter it (2.1's does), so walks of the statement
-    that must see every table it names add these.
+    (``get_children``, cloning) does not enter it (2.1's does).
     """
     clause = getattr(statement, "_post_values_clause", None)
     if clause is None:
@@ -229,8 +240,17 @@ def upsert_clauses_of(statement: Any) -> list[Any]:
             found.extend(values.values())
         elif isinstance(values, (list, tuple)):
             found.extend(value for _, value in values)
-    found.append(getattr(clause, "update_whereclause", None))
-    return [value for value in found if isinstance(value, sqlalchemy.ClauseElement)]
+    where = getattr(clause, "update_whereclause", None)
+    return found if where is None else [*found, where]
+
+
+def upsert_clauses_of(statement: Any) -> list[Any]:
+    """The SQL expressions among :func:`upsert_values_of`, an ORM attribute as its column
+    (all versions): walks of the statement that must see every table it names add these,
+    as SQLAlchemy 2.0's traversal skips them.
+    """
+    found = [sql_of(value) for value in upsert_values_of(statement)]
+    return [value for value in found if value is not None]
 
 
 UPSERT_CLAUSES_RETARGETED = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
@@ -273,11 +293,7 @@ def untraversed_of(statement: Any) -> list[Any]:
         return []
     found = [] if UPSERT_CLAUSES_RETARGETED else upsert_clauses_of(statement)
     for row in listed_rows(statement) or ():
-        for value in row.values():
-            if hasattr(value, "__clause_element__"):  # an ORM attribute: its column
-                value = value.__clause_element__()
-            if isinstance(value, sqlalchemy.ClauseElement):
-                found.append(value)
+        found.extend(sql for sql in map(sql_of, row.values()) if sql is not None)
     return found
 
 

@@ -198,12 +198,21 @@ def test_an_upsert_whose_update_reads_a_sharded_model_is_refused(shop: Setup) ->
         assert shop.sent == []
 
 
-def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) -> None:
-    """ON CONFLICT DO UPDATE (ON DUPLICATE KEY UPDATE) SET amount = orders.amount + 100:
-    SQLAlchemy 2.1 copies the clause with the statement, so it is pointed at the row's table
-    and the row reads like the twin's; 2.0 does not, so it is refused before any SQL, naming
-    insert.excluded as the way out (it once reached the database naming the logical table)."""
+_SETTING_THE_MODELS_COLUMN = {
+    "amount + 100": (lambda model: model.amount + 100, 100),
+    "amount itself (an ORM attribute)": (lambda model: model.amount, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(_SETTING_THE_MODELS_COLUMN))
+def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup, name: str) -> None:
+    """ON CONFLICT DO UPDATE (ON DUPLICATE KEY UPDATE) SET amount = orders.amount + 100 (or
+    the attribute alone): SQLAlchemy 2.1 copies the clause with the statement, so it is
+    pointed at the row's table and the row reads like the twin's; 2.0 does not, so it is
+    refused before any SQL, naming insert.excluded as the way out (it once reached the
+    database naming the logical table)."""
     s = shop.schema
+    set_to, added = _SETTING_THE_MODELS_COLUMN[name]
     with shop.session() as session:
         existing = session.execute(
             select(s.Order.id, s.Order.user_id, s.Order.amount)
@@ -213,7 +222,7 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
         outcomes = []
         for model in (s.OrderTwin, s.Order):
             row = {"id": existing.id, "user_id": existing.user_id, "amount": 1}
-            statement = _upserting(shop.name, model, row, lambda new: model.amount + 100)
+            statement = _upserting(shop.name, model, row, lambda new: set_to(model))
             shop.sent.clear()
             if model is s.Order and not SHARDED_UPSERTS:
                 with pytest.raises(UnsupportedShardQuery, match="insert.excluded"):
@@ -223,7 +232,7 @@ def test_an_upsert_naming_the_models_columns_is_exact_or_refused(shop: Setup) ->
             session.execute(statement)
             outcomes.append(session.scalar(select(model.amount).where(model.id == existing.id)))
         session.rollback()
-    assert outcomes == [existing.amount + 100] * 2
+    assert outcomes == [existing.amount + added] * 2
 
 
 # --------------------------------------------------------------------------- values([...])
@@ -292,6 +301,50 @@ def test_listed_upsert_changes_what_the_twin_changes(shop: Setup) -> None:
         counts = [session.execute(statement).rowcount for statement in adding]
         assert _contents(session, s.Order) == _contents(session, s.OrderTwin)
         assert counts[0] == counts[1]
+        session.rollback()
+
+
+def _plus_one(new: Any) -> dict[str, Any]:
+    return {"amount": new.amount + 1}
+
+
+def test_many_rows_upserted_with_a_parameter_change_what_the_twin_changes(shop: Setup) -> None:
+    """An upsert run with a list of rows whose update sends a bound parameter (amount + 1)
+    leaves the rows the twin's leaves, the twin's written one row at a time. Grouped by
+    table, rows with the same columns meet, and MySQL drivers' executemany fails on a
+    parameter in ON DUPLICATE KEY UPDATE: those rows are sent one by one."""
+    s = shop.schema
+    with shop.session() as session:
+        existing = session.execute(select(s.OrderTwin.id, s.OrderTwin.user_id)).all()[::5]
+        rows = [{"id": i, "user_id": u, "amount": 500 + n} for n, (i, u) in enumerate(existing)]
+        rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 550 + u} for u in USERS]
+        sharded, twin = (
+            updating_existing(shop.name, dialect_insert(shop.name, m), _plus_one)
+            for m in (s.Order, s.OrderTwin)
+        )
+        shop.sent.clear()
+        session.execute(sharded, rows)
+        inserts = [sql for sql in shop.sent if sql.lstrip().upper().startswith("INSERT")]
+        assert len(inserts) == (len(rows) if shop.name.startswith("mysql") else 4), inserts
+        for row in rows:
+            session.execute(twin, row)
+        assert _contents(session, s.Order) == _contents(session, s.OrderTwin)
+        session.rollback()
+
+
+def test_many_rows_upserted_with_a_parameter_return_in_the_order_given(shop: Setup) -> None:
+    """RETURNING of that upsert (rows sent one by one on MariaDB) comes back in the order of
+    the rows given, each row's new amount with its ID."""
+    s = shop.schema
+    with shop.session() as session:
+        existing = session.execute(select(s.Order.id, s.Order.user_id)).all()[::5]
+        rows = [{"id": i, "user_id": u, "amount": 500 + n} for n, (i, u) in enumerate(existing)]
+        rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 550 + u} for u in USERS]
+        upsert = updating_existing(shop.name, dialect_insert(shop.name, s.Order), _plus_one)
+        returned = session.execute(upsert.returning(s.Order.id, s.Order.amount), rows).all()
+        new = {row["id"] for row in rows[len(existing) :]}
+        expected = [(r["id"], r["amount"] + (r["id"] not in new)) for r in rows]
+        assert [tuple(r) for r in returned] == expected
         session.rollback()
 
 

@@ -242,8 +242,10 @@ _UPSERT_SETS: list[Callable[[Any, Any], dict[str, Any]]] = [
     lambda model, new: {"amount": new.amount + 1},
     lambda model, new: {"status": "sent"},
     lambda model, new: {"amount": model.amount + 100},  # the row's own column (2.1 only)
+    lambda model, new: {"amount": model.amount},  # the column alone (an ORM attribute)
 ]
-"""The SET of an upsert's update: the row's new values, a constant, the existing row's."""
+"""The SET of an upsert's update: the row's new values, a constant, the existing row's
+(in an expression, or alone)."""
 
 
 @dataclass

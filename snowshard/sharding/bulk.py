@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import partial
 from typing import Any, Optional
 
 from sqlalchemy import Insert
 from sqlalchemy.engine import Result
 from sqlalchemy.orm import ORMExecuteState
+from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import (
@@ -23,6 +25,8 @@ from snowshard._compat import (
     listed_rows,
     merge_inserted,
     sorts_by_parameter_order,
+    sql_of,
+    upsert_values_of,
     values_cleared,
 )
 from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
@@ -136,7 +140,7 @@ def _known(value: Any, parameters: Mapping[str, Any]) -> Any:
     value, a bound one (its execution parameter if given one), else :data:`_UNKNOWN`."""
     if isinstance(value, BindParameter):
         return parameters[value.key] if value.key in parameters else value.effective_value
-    if _is_sql(value):
+    if sql_of(value) is not None:
         return _UNKNOWN
     return value
 
@@ -245,18 +249,59 @@ def run_bulk(
             **{k: v for k, v in state.local_execution_options.items() if k not in HINT_OPTIONS},
             BIND_KEY: database,
         }
+        bind = {BIND_KEY: database}
+        run = partial(session.execute, new, execution_options=options, bind_arguments=bind)
         with writing_to(session, database):
-            results.append(
-                session.execute(
-                    new, params, execution_options=options, bind_arguments={BIND_KEY: database}
-                )
-            )
+            if state.is_executemany and _row_by_row(session, model, shard, statement, group):
+                results.append(_one_result(statement, [run([row]) for row in group]))
+            else:
+                results.append(run(params))
     if len(results) > 1 and has_returning(statement):
         numbers = [[number for number, _ in numbered] for numbered in grouped.values()]
         return _in_parameter_order(statement, results, numbers)
     if len(results) > 1 and is_insert:
         return merge_inserted(results)
     return merge_results(results)
+
+
+_EXECUTEMANY_BY_TEXT = ("mysql", "mariadb")
+"""Dialects whose drivers (PyMySQL, mysqlclient, aiomysql, asyncmy) run ``executemany`` of
+an INSERT by rewriting its text into one multi-row INSERT, which fails (``TypeError:
+format requires a mapping``) when ON DUPLICATE KEY UPDATE holds a bound parameter."""
+
+
+def _row_by_row(
+    session: Any, model: ShardedModel, shard: int, statement: Any, rows: Sequence[Any]
+) -> bool:
+    """Whether one table's rows of an executemany INSERT are sent one statement each: an
+    upsert whose ON DUPLICATE KEY UPDATE sends bound parameters (a plain value, or SQL
+    holding one), on a MySQL-family database.
+
+    On one table SQLAlchemy sends each run of rows with the same columns as one
+    executemany; grouped by table, rows with the same columns meet where on one table
+    they may not have, and the driver would fail where one table's INSERT succeeds.
+    Row by row writes what the multi-row INSERT writes, in the same order."""
+    if len(rows) < 2 or not isinstance(statement, Insert):
+        return False
+    values = upsert_values_of(statement)
+    if not any(sql_of(v) is None or _binds(sql_of(v)) for v in values):
+        return False
+    dialect = session.get_bind(mapper=model.mappers[shard]).dialect.name
+    return dialect in _EXECUTEMANY_BY_TEXT
+
+
+def _binds(expression: ClauseElement) -> bool:
+    """Whether ``expression`` holds a bound parameter."""
+    return any(isinstance(e, BindParameter) for e in visitors.iterate(expression))
+
+
+def _one_result(statement: Any, parts: Sequence[Result[Any]]) -> Result[Any]:
+    """One table's results of its rows sent one by one (:func:`_row_by_row`), as one
+    executemany's result: RETURNING rows in the rows' order, ``rowcount`` summed."""
+    if len(parts) > 1 and has_returning(statement):
+        frozen = [part.freeze() for part in parts]
+        return frozen[0].with_new_rows([row for f in frozen for row in f().all()])()
+    return merge_inserted(parts)
 
 
 def _in_parameter_order(
@@ -291,21 +336,10 @@ def _with_issued(given: Mapping[str, Any], routed: Mapping[str, Any]) -> dict[st
     return {**given, **{key: value for key, value in routed.items() if key not in given}}
 
 
-def _is_sql(value: Any) -> bool:
-    """Whether a value given for a column is SQL: an expression, or what stands for one
-    (an ORM attribute, anything with ``__clause_element__``)."""
-    return isinstance(value, ClauseElement) or hasattr(value, "__clause_element__")
-
-
-def _sql_expression(value: Any) -> Any:
-    """The expression an :func:`_is_sql` value stands for (an ORM attribute's column)."""
-    return value.__clause_element__() if hasattr(value, "__clause_element__") else value
-
-
 def _retargeted(row: Mapping[str, Any], targets: Mapping[ShardedModel, Target]) -> dict[str, Any]:
     """A listed row whose SQL expressions name the target tables (an ORM attribute too)."""
     return {
-        key: retarget(_sql_expression(value), targets) if _is_sql(value) else value
+        key: value if sql_of(value) is None else retarget(sql_of(value), targets)
         for key, value in row.items()
     }
 
