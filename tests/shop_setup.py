@@ -104,14 +104,10 @@ class Setup:
         return ShardedSession(self.bind, databases=dict(self.databases))
 
 
-
-
 def build_setup(
     request: pytest.FixtureRequest, tmp_path: Any, backend: str, count: int
 ) -> Iterator[Setup]:
     """Databases, tables and rows of one configuration (dropped afterwards)."""
-
-
     factory = DatabaseFactory.for_request(request, tmp_path)
     try:
         spread = {"a": range(2), "b": range(2, 4)} if count == 2 else {}
@@ -166,7 +162,6 @@ def _fill(setup: Setup) -> None:
         )
         session.add_all(s.Note(id=u, label=f"u{u}") for u in USERS[::2])
         session.commit()
-
 
 
 def _norm(value: Any) -> Any:
