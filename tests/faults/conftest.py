@@ -161,7 +161,13 @@ class Child:
         deadline = time.monotonic() + timeout
         while not any(at > wall for _, at in self.record().ids):
             if time.monotonic() > deadline:
-                pytest.fail(f"child {self.pid} issued nothing after {wall} in {timeout} s")
+                record = self.record()
+                last = max((at for _, at in record.ids), default=None)
+                pytest.fail(
+                    f"child {self.pid} issued nothing after {wall} in {timeout} s (alive: "
+                    f"{self.process.is_alive()}; last ID at {last}; last errors "
+                    f"{record.errors[-3:]}; log: {self._log_tail()})"
+                )
             time.sleep(0.05)
 
     def finish(self, timeout: float = 60.0) -> None:
