@@ -308,6 +308,15 @@ def _plus_one(new: Any) -> dict[str, Any]:
     return {"amount": new.amount + 1}
 
 
+def _meeting_existing(session: Any, model: Any) -> tuple[list[dict[str, Any]], int]:
+    """Rows for an upsert, and how many of them come first with an ID that exists in
+    ``model`` (every fifth row's); the others are new, one per user."""
+    existing = session.execute(select(model.id, model.user_id)).all()[::5]
+    rows = [{"id": i, "user_id": u, "amount": 500 + n} for n, (i, u) in enumerate(existing)]
+    rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 550 + u} for u in USERS]
+    return rows, len(existing)
+
+
 def test_many_rows_upserted_with_a_parameter_change_what_the_twin_changes(shop: Setup) -> None:
     """An upsert run with a list of rows whose update sends a bound parameter (amount + 1)
     leaves the rows the twin's leaves, the twin's written one row at a time. Grouped by
@@ -315,9 +324,7 @@ def test_many_rows_upserted_with_a_parameter_change_what_the_twin_changes(shop: 
     parameter in ON DUPLICATE KEY UPDATE: those rows are sent one by one."""
     s = shop.schema
     with shop.session() as session:
-        existing = session.execute(select(s.OrderTwin.id, s.OrderTwin.user_id)).all()[::5]
-        rows = [{"id": i, "user_id": u, "amount": 500 + n} for n, (i, u) in enumerate(existing)]
-        rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 550 + u} for u in USERS]
+        rows, _ = _meeting_existing(session, s.OrderTwin)
         sharded, twin = (
             updating_existing(shop.name, dialect_insert(shop.name, m), _plus_one)
             for m in (s.Order, s.OrderTwin)
@@ -337,13 +344,10 @@ def test_many_rows_upserted_with_a_parameter_return_in_the_order_given(shop: Set
     the rows given, each row's new amount with its ID."""
     s = shop.schema
     with shop.session() as session:
-        existing = session.execute(select(s.Order.id, s.Order.user_id)).all()[::5]
-        rows = [{"id": i, "user_id": u, "amount": 500 + n} for n, (i, u) in enumerate(existing)]
-        rows += [{"id": IDS.next_id(gene=u), "user_id": u, "amount": 550 + u} for u in USERS]
+        rows, existing = _meeting_existing(session, s.Order)
         upsert = updating_existing(shop.name, dialect_insert(shop.name, s.Order), _plus_one)
         returned = session.execute(upsert.returning(s.Order.id, s.Order.amount), rows).all()
-        new = {row["id"] for row in rows[len(existing) :]}
-        expected = [(r["id"], r["amount"] + (r["id"] not in new)) for r in rows]
+        expected = [(r["id"], r["amount"] + (n < existing)) for n, r in enumerate(rows)]
         assert [tuple(r) for r in returned] == expected
         session.rollback()
 

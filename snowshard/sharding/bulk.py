@@ -225,6 +225,7 @@ def run_bulk(
         )
     results = []
     session = state.session
+    split = state.is_executemany and is_insert and _sends_upsert_parameters(statement)
     for shard, numbered in grouped.items():
         group = [row for _, row in numbered]
         source = statement
@@ -252,8 +253,8 @@ def run_bulk(
         bind = {BIND_KEY: database}
         run = partial(session.execute, new, execution_options=options, bind_arguments=bind)
         with writing_to(session, database):
-            if state.is_executemany and _row_by_row(session, model, shard, statement, group):
-                results.append(_one_result(statement, [run([row]) for row in group]))
+            if split and _row_by_row(session, model, shard, group):
+                results.append(merge_inserted([run([row]) for row in group]))
             else:
                 results.append(run(params))
     if len(results) > 1 and has_returning(statement):
@@ -270,38 +271,34 @@ an INSERT by rewriting its text into one multi-row INSERT, which fails (``TypeEr
 format requires a mapping``) when ON DUPLICATE KEY UPDATE holds a bound parameter."""
 
 
-def _row_by_row(
-    session: Any, model: ShardedModel, shard: int, statement: Any, rows: Sequence[Any]
-) -> bool:
-    """Whether one table's rows of an executemany INSERT are sent one statement each: an
-    upsert whose ON DUPLICATE KEY UPDATE sends bound parameters (a plain value, or SQL
-    holding one), on a MySQL-family database.
+def _sends_upsert_parameters(statement: Any) -> bool:
+    """Whether an INSERT's ON CONFLICT / ON DUPLICATE KEY UPDATE sends bound parameters: a
+    plain value, or SQL holding one."""
+    for value in upsert_values_of(statement):
+        sql = sql_of(value)
+        if sql is None or _binds(sql):
+            return True
+    return False
+
+
+def _row_by_row(session: Any, model: ShardedModel, shard: int, rows: Sequence[Any]) -> bool:
+    """Whether one table's rows of an executemany upsert that sends bound parameters
+    (:func:`_sends_upsert_parameters`) are sent one statement each: on a MySQL-family
+    database, with two rows or more.
 
     On one table SQLAlchemy sends each run of rows with the same columns as one
     executemany; grouped by table, rows with the same columns meet where on one table
     they may not have, and the driver would fail where one table's INSERT succeeds.
-    Row by row writes what the multi-row INSERT writes, in the same order."""
-    if len(rows) < 2 or not isinstance(statement, Insert):
+    Row by row writes what the multi-row INSERT writes, in the same order (RETURNING
+    rows and ``rowcount`` combine as the tables' do)."""
+    if len(rows) < 2:
         return False
-    values = upsert_values_of(statement)
-    if not any(sql_of(v) is None or _binds(sql_of(v)) for v in values):
-        return False
-    dialect = session.get_bind(mapper=model.mappers[shard]).dialect.name
-    return dialect in _EXECUTEMANY_BY_TEXT
+    return session.get_bind(mapper=model.mappers[shard]).dialect.name in _EXECUTEMANY_BY_TEXT
 
 
 def _binds(expression: ClauseElement) -> bool:
     """Whether ``expression`` holds a bound parameter."""
     return any(isinstance(e, BindParameter) for e in visitors.iterate(expression))
-
-
-def _one_result(statement: Any, parts: Sequence[Result[Any]]) -> Result[Any]:
-    """One table's results of its rows sent one by one (:func:`_row_by_row`), as one
-    executemany's result: RETURNING rows in the rows' order, ``rowcount`` summed."""
-    if len(parts) > 1 and has_returning(statement):
-        frozen = [part.freeze() for part in parts]
-        return frozen[0].with_new_rows([row for f in frozen for row in f().all()])()
-    return merge_inserted(parts)
 
 
 def _in_parameter_order(
@@ -338,8 +335,9 @@ def _with_issued(given: Mapping[str, Any], routed: Mapping[str, Any]) -> dict[st
 
 def _retargeted(row: Mapping[str, Any], targets: Mapping[ShardedModel, Target]) -> dict[str, Any]:
     """A listed row whose SQL expressions name the target tables (an ORM attribute too)."""
+    sql = {key: sql_of(value) for key, value in row.items()}
     return {
-        key: value if sql_of(value) is None else retarget(sql_of(value), targets)
+        key: value if sql[key] is None else retarget(sql[key], targets)
         for key, value in row.items()
     }
 
