@@ -71,6 +71,7 @@ __all__ = [
     "only_orm_hook",
     "limit_offset_of",
     "listed_rows",
+    "locks_rows",
     "merge_inserted",
     "order_by_of",
     "orm_annotated",
@@ -159,6 +160,12 @@ def fetch_clause_of(statement: Any) -> Any:
 def distinct_of(statement: Any) -> bool:
     """Whether a SELECT is DISTINCT or DISTINCT ON (``_distinct``/``_distinct_on``, all versions)."""
     return bool(statement._distinct or statement._distinct_on)
+
+
+def locks_rows(statement: Any) -> bool:
+    """Whether a SELECT locks the rows it reads: FOR UPDATE, FOR SHARE and their variants
+    (``_for_update_arg``, all versions)."""
+    return getattr(statement, "_for_update_arg", None) is not None
 
 
 _EXTENSION_POINTS = (

@@ -163,6 +163,23 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
         Example("refused", lambda w: select(w.Order.status).prefix_with("DISTINCT")),
     ],
+    "`with_for_update()` (FOR UPDATE, FOR SHARE, NOWAIT, SKIP LOCKED)": [
+        Example("exact", lambda w: select(w.Order.id, w.Order.amount).with_for_update()),
+        Example(
+            "merged",
+            lambda w: select(w.Order.id).order_by(w.Order.id).limit(5).with_for_update(),
+            ordered=True,
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.id, w.Order.status)
+            .order_by(w.Order.id.desc())
+            .limit(3)
+            .with_for_update(read=True, nowait=True),
+            whole=True,
+            ordered=True,
+        ),
+    ],
     "DISTINCT ON (PostgreSQL)": [
         Example(
             "merged",

@@ -44,6 +44,7 @@ from snowshard._compat import (
     invoke_statement,
     later_orm_hooks,
     limit_offset_of,
+    locks_rows,
     plugin_subject_of,
     returns_tuples,
     session_execution_options,
@@ -301,9 +302,12 @@ def plan_select(
         )
     databases = {db: tuple(i) for db, i in lead.spec.databases.items() if i}
     # loader options name the logical class, which a union entity is not; physical classes
-    # (one statement per shard) are its subclasses, so the options apply to them
+    # (one statement per shard) are its subclasses, so the options apply to them. A locking
+    # read names each table in a statement of its own: PostgreSQL refuses FOR UPDATE over a
+    # UNION, and MariaDB locks no row that a derived table reads
     options = any(isinstance(o, Load) for o in getattr(statement, "_with_options", ()))
-    if route_.shards is None and len(models) == 1 and not options:
+    one_table_each = options or locks_rows(statement)
+    if route_.shards is None and len(models) == 1 and not one_table_each:
         if len(databases) == 1:
             ((database, indices),) = databases.items()
             _check_unsharded(session, statement, models, {database})
