@@ -64,6 +64,7 @@ __all__ = [
     "having_of",
     "insert_select_of",
     "interim_rows",
+    "joins_of",
     "invoke_statement",
     "is_type_bound",
     "keyed_subquery",
@@ -73,6 +74,7 @@ __all__ = [
     "listed_rows",
     "locks_rows",
     "merge_inserted",
+    "options_of",
     "order_by_of",
     "orm_annotated",
     "orm_cursor_result",
@@ -92,6 +94,7 @@ __all__ = [
     "upsert_clauses_of",
     "upsert_values_of",
     "values_cleared",
+    "values_of",
     "variant_for",
     "without_having",
 ]
@@ -268,6 +271,24 @@ model's columns named there can be retargeted to a physical table (SQLAlchemy 2.
 def has_options(statement: Any) -> bool:
     """Whether a statement carries ORM loader options (``_with_options``, all versions)."""
     return bool(statement._with_options)
+
+
+def options_of(statement: Any) -> tuple[Any, ...]:
+    """The options of a statement, loader options included (``_with_options``, all
+    versions); () for a statement that takes none."""
+    return tuple(getattr(statement, "_with_options", ()))
+
+
+def joins_of(statement: Any) -> tuple[Any, ...]:
+    """The ``join()`` calls of a SELECT, each a tuple starting (target, ON clause)
+    (``_setup_joins``, all versions); () for other statements."""
+    return tuple(getattr(statement, "_setup_joins", ()))
+
+
+def values_of(statement: Any) -> dict[Any, Any]:
+    """Column (or key) -> value of an INSERT's or UPDATE's ``values()`` (``_values``, all
+    versions); {} when it has none."""
+    return dict(getattr(statement, "_values", None) or {})
 
 
 def listed_rows(statement: Any) -> list[dict[str, Any]] | None:

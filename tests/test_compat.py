@@ -65,6 +65,17 @@ def _violations(source: str, name: str) -> Iterator[str]:
         elif isinstance(node, ast.Attribute) and _private(node.attr):
             if node.attr not in OWN and node.attr not in NAMEDTUPLE_API:
                 yield f"{where}: uses private attribute .{node.attr}"
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in OWN
+        ):
+            yield f"{where}: uses private attribute {node.args[1].value!r} by name"
 
 
 @pytest.mark.parametrize("path", CHECKED, ids=[str(p.relative_to(ROOT)) for p in CHECKED])
@@ -79,6 +90,16 @@ def test_checker_catches_a_private_attribute() -> None:
     found = list(_violations(source, "probe.py"))
     assert len(found) == 2
     assert "private attribute ._limit" in found[1]
+
+
+def test_checker_catches_a_private_attribute_read_by_name() -> None:
+    """The checker flags ``getattr(s, "_limit", None)`` and ``hasattr(s, "_with_options")``."""
+    source = 'def f(s):\n    return getattr(s, "_limit", None), hasattr(s, "_with_options")\n'
+    found = list(_violations(source, "probe.py"))
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "uses private attribute '_limit' by name",
+        "uses private attribute '_with_options' by name",
+    ]
 
 
 def test_every_compat_helper_names_the_versions_that_need_it() -> None:

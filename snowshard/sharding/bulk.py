@@ -28,6 +28,7 @@ from snowshard._compat import (
     sql_of,
     upsert_values_of,
     values_cleared,
+    values_of,
 )
 from snowshard.sharding.errors import MissingShardKey, ShardHintConflict, UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
@@ -82,7 +83,7 @@ def writing_to(session: Any, database: str) -> Iterator[None]:
 
 def assigned(statement: Any) -> dict[str, Any]:
     """Column key -> value of an INSERT/UPDATE's ``values()``."""
-    pairs = (getattr(statement, "_values", None) or {}).items()
+    pairs = values_of(statement).items()
     return {key if isinstance(key, str) else key.key: value for key, value in pairs}
 
 

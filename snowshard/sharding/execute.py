@@ -42,9 +42,11 @@ from snowshard._compat import (
     has_options,
     hand_back_parameters,
     invoke_statement,
+    joins_of,
     later_orm_hooks,
     limit_offset_of,
     locks_rows,
+    options_of,
     plugin_subject_of,
     returns_tuples,
     session_execution_options,
@@ -305,7 +307,7 @@ def plan_select(
     # (one statement per shard) are its subclasses, so the options apply to them. A locking
     # read names each table in a statement of its own: PostgreSQL refuses FOR UPDATE over a
     # UNION, and MariaDB locks no row that a derived table reads
-    options = any(isinstance(o, Load) for o in getattr(statement, "_with_options", ()))
+    options = any(isinstance(o, Load) for o in options_of(statement))
     one_table_each = options or locks_rows(statement)
     if route_.shards is None and len(models) == 1 and not one_table_each:
         if len(databases) == 1:
@@ -410,7 +412,7 @@ def plan_dml(
 
 
 def _check_joins(statement: Any) -> None:
-    for join in getattr(statement, "_setup_joins", ()):
+    for join in joins_of(statement):
         for part in join[:2]:
             prop = getattr(part, "property", None)
             if isinstance(prop, RelationshipProperty) and (
