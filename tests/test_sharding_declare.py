@@ -16,6 +16,7 @@ from sqlalchemy.orm import (
     mapped_column,
     query_expression,
 )
+from sqlalchemy.orm.exc import StaleDataError
 
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
@@ -283,3 +284,43 @@ def test_shard_index_outside_the_tables_is_unknown() -> None:
     _, order = declare(Shards(4, key="user_id"))
     with pytest.raises(UnknownShard, match="shards 0..3, not 7"):
         sharded_model(order).database_of(7)
+
+
+def test_a_versioned_model_counts_each_rows_version_and_refuses_stale_updates(
+    sharded_world: WorldFactory, sql_backend: str
+) -> None:
+    """version_id_col: each table versions its rows; a stale write raises StaleDataError."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Versioned(Sharded, Base):
+        __tablename__ = "versioned"
+        __shards__ = Shards(4, key=("id", "user_id"))
+        id: Mapped[int] = snowflake_pk(IDS, gene_from="user_id")
+        user_id: Mapped[int] = mapped_column(BigInteger)
+        note: Mapped[Optional[str]] = mapped_column(String(20))
+        version: Mapped[int] = mapped_column(sa.Integer, nullable=False)
+        __mapper_args__ = {"version_id_col": version}
+
+    world = sharded_world(Base, sql_backend)
+    with world.session() as session:
+        rows = [Versioned(user_id=u, note="a") for u in range(4)]
+        session.add_all(rows)
+        session.commit()
+        assert [r.version for r in rows] == [1, 1, 1, 1]
+        for row in rows:
+            row.note = "b"
+        session.commit()
+        assert [r.version for r in rows] == [2, 2, 2, 2]
+        ids = [r.id for r in rows]
+    with world.session() as first, world.session() as second:
+        mine, theirs = first.get(Versioned, ids[3]), second.get(Versioned, ids[3])
+        mine.note = "c"
+        first.commit()
+        theirs.note = "d"
+        with pytest.raises(StaleDataError, match="versioned_03"):
+            second.commit()
+    with world.session() as session:
+        stored = session.get(Versioned, ids[3])
+        assert (stored.note, stored.version) == ("c", 3)

@@ -24,10 +24,12 @@ of one database uses :func:`union_entity`, a ``with_polymorphic`` entity over a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Column, Table, inspect
+from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
 
@@ -39,6 +41,10 @@ from snowshard.spec import ShardConfigError, ShardInfo, ShardSpec
 from snowshard.strategies import ShardStrategy, colocates_genes
 
 __all__ = ["DISCRIMINATOR", "map_shards", "union_entity"]
+
+_VERSION_WARNING = "Inheriting version_id_col"
+"""SQLAlchemy's warning for a subclass versioning another column than its parent's, which
+concerns a subclass whose rows are also in the parent's table (not a concrete one)."""
 
 DISCRIMINATOR = "snowshard_shard"
 """Name of the table-index column of the UNION ALL that reads several tables at once."""
@@ -217,9 +223,14 @@ def _physical_class(
     """The class of one physical table; ``index`` is its global table index."""
     physical = _copy_table(table, info.spec.table_name(info.shard))
     physical.info["snowshard"] = info
+    arguments: dict[str, Any] = {"concrete": True, "polymorphic_identity": index}
+    versioned = mapper.version_id_col is not None
+    if versioned:  # the row's own version column, counted as the logical model counts it
+        arguments["version_id_col"] = physical.c[mapper.version_id_col.key]
+        arguments["version_id_generator"] = mapper.version_id_generator
     namespace = {
         "__table__": physical,
-        "__mapper_args__": {"concrete": True, "polymorphic_identity": index},
+        "__mapper_args__": arguments,
         "__module__": cls.__module__,
         "__qualname__": name,
         "__doc__": f"Rows of {cls.__name__} in table {physical.name} (shard {index}).",
@@ -230,7 +241,10 @@ def _physical_class(
         marker: index,
         **per_class,
     }
-    return type(name, (cls,), namespace)
+    with warnings.catch_warnings():
+        if versioned:  # a concrete class has no row in the inherited table to version
+            warnings.filterwarnings("ignore", _VERSION_WARNING, SAWarning)
+        return type(name, (cls,), namespace)
 
 
 def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
