@@ -72,6 +72,8 @@ __all__ = [
     "only_orm_hook",
     "limit_offset_of",
     "listed_rows",
+    "listener_function",
+    "listeners_of",
     "locks_rows",
     "merge_inserted",
     "options_of",
@@ -163,6 +165,23 @@ def fetch_clause_of(statement: Any) -> Any:
 def distinct_of(statement: Any) -> bool:
     """Whether a SELECT is DISTINCT or DISTINCT ON (``_distinct``/``_distinct_on``, all versions)."""
     return bool(statement._distinct or statement._distinct_on)
+
+
+def listeners_of(dispatch: Any, name: str) -> tuple[Any, ...]:
+    """The functions listening to event ``name`` on ``dispatch`` (a mapper's, a class
+    manager's or an attribute's ``dispatch``), as SQLAlchemy holds them (``dispatch.<name>``
+    iterated, all versions)."""
+    return tuple(getattr(dispatch, name))
+
+
+def listener_function(listener: Any) -> Any:
+    """The function given to ``event.listen`` behind SQLAlchemy's wrapper of it (the ``fn``
+    its closure holds, all versions); ``listener`` itself when it is not wrapped."""
+    code = getattr(listener, "__code__", None)
+    closure = getattr(listener, "__closure__", None)
+    if code is not None and closure and "fn" in code.co_freevars:
+        return closure[code.co_freevars.index("fn")].cell_contents
+    return listener
 
 
 def locks_rows(statement: Any) -> bool:

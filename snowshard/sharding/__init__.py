@@ -72,6 +72,7 @@ from snowshard.sharding.errors import (
     ShardKeyTypeError,
     UnknownDatabase,
     UnknownShard,
+    UnpropagatedListener,
     UnsupportedShardQuery,
 )
 from snowshard.sharding.explain import Explanation, explain
@@ -138,6 +139,7 @@ __all__ = [
     "ShardingError",
     "UnknownDatabase",
     "UnknownShard",
+    "UnpropagatedListener",
     "UnsupportedShardQuery",
     "bulk_insert",
     "create_all",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DontWrapMixin
 
-from snowshard.errors import SnowshardError
+from snowshard.errors import ShardConfigError, SnowshardError
 
 __all__ = [
     "FanOutExceeded",
@@ -27,6 +27,7 @@ __all__ = [
     "ShardingError",
     "UnknownDatabase",
     "UnknownShard",
+    "UnpropagatedListener",
     "UnsupportedShardQuery",
 ]
 
@@ -73,6 +74,11 @@ class InvalidPage(ShardingError, ValueError):
 
 class UnsupportedShardQuery(ShardingError):
     """A statement whose result cannot be computed shard by shard (the message says why)."""
+
+
+class UnpropagatedListener(ShardingError, ShardConfigError):
+    """An event listener on a sharded model's logical class that would never run: its rows
+    are instances of the physical classes, which only ``propagate=True`` listeners reach."""
 
 
 class InvalidShardHint(ShardingError, ValueError):

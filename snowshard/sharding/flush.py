@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ClauseElement
 
 from snowshard.sharding.analysis import models_in_subqueries, models_named
@@ -32,15 +31,18 @@ from snowshard.sharding.rewrite import Target, retarget
 __all__ = ["check_flush"]
 
 
-def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
-    """``before_flush`` hook: every new or changed sharded row still belongs where it is."""
+def check_flush(session: Any, flush_context: Any, instances: Any) -> None:
+    """``before_flush`` hook: every new or changed sharded row still belongs where it is,
+    and the listeners on its model reach it (:mod:`~snowshard.sharding.listeners`)."""
     checked: set[int] = set()
+    models: set[ShardedModel] = set()
     for obj in session.new:
         entry = model_of_class(type(obj))
         if entry is None:
             _check_unsharded_row(obj, "new")
             continue
         model, shard = entry
+        models.add(model)
         if shard is None:
             raise MissingShardKey(
                 f"a {model.name} was built without its shard key; pass "
@@ -61,8 +63,14 @@ def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
         if entry is None:
             _check_unsharded_row(obj, "changed")
         elif entry[1] is not None:
+            models.add(entry[0])
             _point_expressions(obj, entry[0], entry[1], "changed")
             _check_row(obj, entry[0], entry[1], "changed")
+    for obj in session.deleted:
+        entry = model_of_class(type(obj))
+        if entry is not None:
+            models.add(entry[0])
+    session.check_listeners(models)
 
 
 def _point_expressions(obj: Any, model: ShardedModel, shard: int, what: str) -> None:

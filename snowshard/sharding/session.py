@@ -36,7 +36,7 @@ commit that fails in one database after another committed leaves the first commi
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, Table, event, insert, inspect, update
@@ -55,6 +55,7 @@ from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase, UnsupportedShardQuery
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
 from snowshard.sharding.flush import check_flush
+from snowshard.sharding.listeners import check_listeners
 from snowshard.sharding.logical_guard import guard
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
@@ -150,9 +151,20 @@ class ShardedSession(RoutingSession):
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: dict[type, Connection] | None = None
+        self._listeners_checked: set[ShardedModel] = set()
         copies = config.engines if config is not None else {}
         self._database_keys = driver_errors.database_keys(primaries, copies)
         guard([b.engine for b in primaries.values()] + [e for c in copies.values() for e in c])
+
+    def check_listeners(self, models: Iterable[ShardedModel]) -> None:
+        """Raise :class:`~snowshard.sharding.errors.UnpropagatedListener` if a listener on
+        one of ``models`` would never run (:mod:`~snowshard.sharding.listeners`); each
+        model is checked the first time this session reads or writes it."""
+        checked = self._listeners_checked
+        for model in models:
+            if model not in checked:
+                check_listeners(model)
+                checked.add(model)
 
     def route_first(
         self,
@@ -326,6 +338,7 @@ class ShardedSession(RoutingSession):
         if found is None:
             return super().get(entity, ident, **kw)
         model, shard = found
+        self.check_listeners((model,))
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
         arguments = kw.pop("bind_arguments", None)
         if self.databases:  # the ID named the table, so its database is known: say so
