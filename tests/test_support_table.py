@@ -47,7 +47,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import aliased, with_loader_criteria
 
 from snowshard._compat import listed_rows
 from snowshard.orm.timerange import id_time, id_unix_ms
@@ -178,6 +178,33 @@ EXAMPLES: dict[str, list[Example]] = {
             .with_for_update(read=True, nowait=True),
             whole=True,
             ordered=True,
+        ),
+    ],
+    "`with_loader_criteria()`": [
+        Example(
+            "refused",
+            lambda w: select(w.Order).options(
+                with_loader_criteria(w.Order, lambda cls: cls.amount > 3)
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.id)
+            .where(w.Order.user_id == TWIN_USERS[1])
+            .options(with_loader_criteria(w.Order, w.Order.amount > 3)),
+        ),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id, w.Status.grp)
+            .join(w.Status, w.Status.code == w.Order.status)
+            .options(with_loader_criteria(w.Status, w.Status.grp != "open")),
+        ),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id, w.Note.label)
+            .join(w.Note, w.Note.id == w.Order.user_id)
+            .options(with_loader_criteria(w.Note, w.Note.label != "u3")),
+            whole=True,
         ),
     ],
     "DISTINCT ON (PostgreSQL)": [

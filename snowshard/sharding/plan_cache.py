@@ -35,6 +35,7 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple, Optional
 
 from sqlalchemy import Select
+from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.visitors import replacement_traverse
 
@@ -255,6 +256,8 @@ def _slotted(
             return None
 
     def replace(element: Any) -> Any:
+        if isinstance(element, LoaderCriteriaOption):
+            return element  # holds no bound value of the statement; SQLAlchemy cannot copy it
         if isinstance(element, KeyedSubquery):
             # the UNION ALL of a model's tables holds no bound values; copying it would
             # make the FROM list and the ORM columns name two different copies of it,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Optional, TypeVar, Union
 
 from sqlalchemy import Table, inspect
+from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement, ColumnClause, ColumnElement
 from sqlalchemy.sql.visitors import replacement_traverse
@@ -79,6 +80,10 @@ def retarget(
         swap = swaps.get(id(element))
         if swap is not None:
             return swap
+        if isinstance(element, LoaderCriteriaOption):
+            # of an entity that is not sharded (criteria on a sharded model are refused
+            # before: criteria); SQLAlchemy cannot copy one, and need not
+            return element
         bundle = bundle_of(element)
         if bundle is not None:
             # the ORM reads a bundle's columns from the Bundle object, not from this

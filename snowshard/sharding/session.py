@@ -51,6 +51,7 @@ from snowshard.sharding import driver_errors
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
+from snowshard.sharding.criteria import check_loader_criteria
 from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase, UnsupportedShardQuery
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
@@ -339,6 +340,7 @@ class ShardedSession(RoutingSession):
             return super().get(entity, ident, **kw)
         model, shard = found
         self.check_listeners((model,))
+        check_loader_criteria(kw.get("options") or (), (model,))
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
         arguments = kw.pop("bind_arguments", None)
         if self.databases:  # the ID named the table, so its database is known: say so
