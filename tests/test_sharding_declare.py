@@ -20,6 +20,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import (
+    Generation,
     InvalidShardKey,
     MissingShardKey,
     ShardConfigError,
@@ -324,3 +325,91 @@ def test_a_versioned_model_counts_each_rows_version_and_refuses_stale_updates(
     with world.session() as session:
         stored = session.get(Versioned, ids[3])
         assert (stored.note, stored.version) == ("c", 3)
+
+
+def _with_unique(shards: Shards, args: tuple[Any, ...] = (), **email: Any) -> Any:
+    """A fresh sharded ``Account`` (id, org, email) with ``args`` as its __table_args__."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    namespace: dict[str, Any] = {
+        "__tablename__": "accounts",
+        "__shards__": shards,
+        "__table_args__": args,
+        "__annotations__": {"id": Mapped[int], "org": Mapped[int], "email": Mapped[str]},
+        "id": snowflake_pk(IDS, gene_from=email.pop("gene_from", "org")),
+        "org": mapped_column(BigInteger),
+        "email": mapped_column(String(80), **email),
+    }
+    return type("Account", (Sharded, Base), namespace)
+
+
+BY_ORG = Shards(4, key=("id", "org"))
+BY_ORG_LATER_8 = Shards(4, key=("id", "org"), generations=[Generation("2027-01-01T00:00:00Z", 8)])
+
+
+@pytest.mark.parametrize(
+    "declare_it",
+    [
+        pytest.param(lambda: _with_unique(BY_ORG, unique=True), id="unique column"),
+        pytest.param(
+            lambda: _with_unique(BY_ORG, (Index("ix_email", "email", unique=True),)),
+            id="unique index",
+        ),
+        pytest.param(
+            lambda: _with_unique(Shards(4, key="org"), (sa.UniqueConstraint("id", "email"),)),
+            id="ID not a key",
+        ),
+        pytest.param(
+            lambda: _with_unique(
+                BY_ORG_LATER_8,
+                (sa.UniqueConstraint("org", "email"),),
+            ),
+            id="parent key across generations",
+        ),
+    ],
+)
+def test_a_unique_constraint_each_table_would_hold_alone_is_refused(declare_it: Any) -> None:
+    """UNIQUE without a column that picks the table would let other tables hold equal rows."""
+    with pytest.raises(ShardConfigError) as raised:
+        declare_it()
+    message = str(raised.value)
+    assert "would hold within each of its" in message
+    assert "info={'snowshard_per_table': True}" in message
+
+
+@pytest.mark.parametrize(
+    "declare_it",
+    [
+        pytest.param(
+            lambda: _with_unique(BY_ORG, (sa.UniqueConstraint("org", "email"),)),
+            id="with the parent key",
+        ),
+        pytest.param(
+            lambda: _with_unique(Shards(4, key="id"), unique=True, gene_from="email"),
+            id="the ID's gene source",
+        ),
+        pytest.param(
+            lambda: _with_unique(
+                BY_ORG_LATER_8,
+                (sa.UniqueConstraint("id", "email"),),
+            ),
+            id="the ID, with generations",
+        ),
+        pytest.param(
+            lambda: _with_unique(
+                BY_ORG, (sa.UniqueConstraint("email", info={"snowshard_per_table": True}),)
+            ),
+            id="marked per table",
+        ),
+    ],
+)
+def test_a_unique_constraint_that_holds_across_tables_is_accepted(declare_it: Any) -> None:
+    """A column that picks the table in it (or a per-table mark) makes it declarable."""
+    model = sharded_model(declare_it())
+    assert any(
+        isinstance(c, sa.UniqueConstraint) or getattr(c, "unique", False)
+        for t in model.tables
+        for c in (*t.constraints, *t.indexes)
+    )

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Column, Table, inspect
+from sqlalchemy import Column, Index, Table, UniqueConstraint, inspect
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import polymorphic_union, with_polymorphic
 from sqlalchemy.sql.naming import conv
@@ -147,6 +147,50 @@ def _check_keys(model: ShardedModel) -> None:
             )
 
 
+PER_TABLE = "snowshard_per_table"
+"""``info`` key of a unique constraint or index meant to hold within each table only."""
+
+
+def _pinning_columns(model: ShardedModel) -> set[str]:
+    """Columns whose value alone picks a row's table: equal values, one table."""
+    if model.timeline is not None:  # a parent key names one table per generation
+        return {k for k in model.keys if k == model.id_key}
+    pins = set(model.keys)
+    default = model.id_default
+    if (
+        model.id_key in model.keys
+        and default is not None
+        and default.gene_from is not None
+        and colocates_genes(model.strategy, default.generator.layout)
+    ):
+        pins.add(default.gene_from)  # its gene, carried by the ID, picks the table
+    return pins
+
+
+def _check_unique(model: ShardedModel) -> None:
+    """Refuse a unique constraint or index that each table would enforce on its own rows
+    only: one without a column that picks the table (unless marked :data:`PER_TABLE`)."""
+    pins = _pinning_columns(model)
+    table = model.table
+    for item in (*table.constraints, *table.indexes):
+        unique = isinstance(item, UniqueConstraint) or (isinstance(item, Index) and item.unique)
+        if not unique or item.info.get(PER_TABLE):
+            continue
+        columns = [c.key for c in item.columns]  # type: ignore[attr-defined]
+        if pins & set(columns):
+            continue
+        shown = ", ".join(columns) or str(item)
+        listed = ", ".join(repr(c) for c in columns)
+        raise ShardConfigError(
+            f"{model.name}: UNIQUE ({shown}) would hold within each of its {model.count} "
+            f"tables, not across them: a row whose ({shown}) another table holds would be "
+            f"accepted where one table refuses it. Include a column that picks the table "
+            f"({', '.join(sorted(pins)) or 'none, with layout generations, but the ID'}) in "
+            f"it; or, if one per table is what you mean, declare it in __table_args__ as "
+            f"UniqueConstraint({listed}, info={{{PER_TABLE!r}: True}})"
+        )
+
+
 def _copy_table(logical: Table, name: str) -> Table:
     assert logical.metadata is not None
     table = logical.to_metadata(logical.metadata, name=name)
@@ -186,6 +230,7 @@ def map_shards(
         cls, table, spec, strategy, declaration.keys, declaration.fan_out, timeline
     )
     _check_keys(model)
+    _check_unique(model)
     table.metadata.remove(table)
     classes = []
     for period in model.generations:
