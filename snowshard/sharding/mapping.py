@@ -24,6 +24,7 @@ of one database uses :func:`union_entity`, a ``with_polymorphic`` entity over a
 
 from __future__ import annotations
 
+import copyreg
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -208,6 +209,34 @@ def _physical_new(cls: type, *args: Any, **kwargs: Any) -> Any:
     return object.__new__(cls)
 
 
+def physical_class(model_class: type, index: int) -> type:
+    """The physical class ``index`` of the sharded model ``model_class``: how pickle finds
+    one. A physical class is built at run time, so pickle cannot import it by name; it
+    stores the logical class (importable) and the index instead (:func:`_reduce_class`)."""
+    model = model_class.__mapper__.class_manager.info[MODEL_INFO][0]  # type: ignore[attr-defined]
+    return model.classes[index]  # type: ignore[no-any-return]
+
+
+def _reduce_class(physical: type) -> tuple[Any, ...]:
+    model, index = physical.__mapper__.class_manager.info[MODEL_INFO]  # type: ignore[attr-defined]
+    return physical_class, (model.cls, index)
+
+
+_metaclasses: dict[type, type] = {}
+"""Metaclass of the logical classes -> that of their physical classes (one per kind)."""
+
+
+def _physical_metaclass(meta: type) -> type:
+    """A subclass of ``meta`` for physical classes, which pickle reduces with
+    :func:`_reduce_class` (``copyreg`` looks a class's metaclass up before its name)."""
+    found = _metaclasses.get(meta)
+    if found is None:
+        namespace = {"__module__": __name__, "__doc__": "The metaclass of physical classes."}
+        found = _metaclasses[meta] = type(f"Physical{meta.__name__}", (meta,), namespace)
+        copyreg.pickle(found, _reduce_class)
+    return found
+
+
 def map_shards(
     cls: type, declaration: Shards, marker: str, per_class: Mapping[str, Any]
 ) -> ShardedModel:
@@ -289,7 +318,8 @@ def _physical_class(
     with warnings.catch_warnings():
         if versioned:  # a concrete class has no row in the inherited table to version
             warnings.filterwarnings("ignore", _VERSION_WARNING, SAWarning)
-        return type(name, (cls,), namespace)
+        physical_type = _physical_metaclass(type(cls))
+        return physical_type(name, (cls,), namespace)  # type: ignore[no-any-return]
 
 
 def union_entity(model: ShardedModel, shards: tuple[int, ...]) -> Any:
