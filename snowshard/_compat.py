@@ -17,6 +17,7 @@ import sqlalchemy
 from sqlalchemy import LargeBinary, Subquery
 from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
 from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
+from sqlalchemy.event import registry as event_registry
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.base import CompileState
 from sqlalchemy.ext.compiler import compiles
@@ -73,6 +74,7 @@ __all__ = [
     "limit_offset_of",
     "listed_rows",
     "listener_function",
+    "listener_registrations",
     "listeners_of",
     "locks_rows",
     "merge_inserted",
@@ -171,7 +173,15 @@ def listeners_of(dispatch: Any, name: str) -> tuple[Any, ...]:
     """The functions listening to event ``name`` on ``dispatch`` (a mapper's, a class
     manager's or an attribute's ``dispatch``), as SQLAlchemy holds them (``dispatch.<name>``
     iterated, all versions)."""
-    return tuple(getattr(dispatch, name))
+    found = getattr(dispatch, name)
+    return tuple(found) if found else ()
+
+
+def listener_registrations() -> int:
+    """How many ``event.listen`` registrations the process holds (SQLAlchemy's
+    ``event.registry._key_to_collection``, all versions): it changes when a listener is
+    added or removed, so a check of listeners can be skipped while it does not."""
+    return len(event_registry._key_to_collection)
 
 
 def listener_function(listener: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import inspect
 
-from snowshard._compat import listener_function, listeners_of
+from snowshard._compat import listener_function, listener_registrations, listeners_of
 from snowshard.sharding.errors import UnpropagatedListener
 from snowshard.sharding.model import ShardedModel
 
@@ -82,11 +82,20 @@ def _name(function: Any) -> str:
     return str(getattr(function, "__qualname__", None) or repr(function))
 
 
+_clean: dict[ShardedModel, int] = {}
+"""Model -> :func:`listener_registrations` when it was last found to have no such listener."""
+
+
 def check_listeners(model: ShardedModel) -> None:
     """Raise :class:`UnpropagatedListener` if a listener on ``model``'s logical class would
-    never run (module docstring)."""
+    never run (module docstring); skipped while no listener was added since the model was
+    last found clean."""
+    registrations = listener_registrations()
+    if _clean.get(model) == registrations:
+        return
     missing = unpropagated(model)
     if not missing:
+        _clean[model] = registrations
         return
     target, event, function = missing[0]
     others = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
