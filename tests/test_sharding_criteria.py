@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, func, select, true, update
-from sqlalchemy.orm import with_loader_criteria
+from sqlalchemy import BigInteger, Integer, delete, func, insert, select, true, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, with_loader_criteria
 
 from snowshard.sharding import UnsupportedShardQuery
 from tests.worlds import SqlLog, World, WorldFactory, declare_shop
@@ -91,21 +91,41 @@ def test_get_with_criteria_on_the_model_is_refused(
     assert sql_log.statements() == []
 
 
+class TwinBase(DeclarativeBase):
+    pass
+
+
+class PlainOrder(TwinBase):
+    """The unsharded twin of the shop's orders."""
+
+    __tablename__ = "plain_orders"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer)
+
+
 @pytest.mark.parametrize("key", [None, [2, 3]], ids=["keyless", "keyed"])
-def test_criteria_on_an_unsharded_model_apply_as_usual(
+def test_criteria_on_an_unsharded_model_apply_as_on_one_table(
     sharded_world: WorldFactory, sql_backend: str, key: list[int] | None
 ) -> None:
-    """Orders joined with their users, criteria hiding user 2: user 2's orders are left out."""
+    """Orders joined with their users, criteria on the users: rows as from a plain table."""
     world = _world(sharded_world, sql_backend, databases=1)
-    Order, User = world.Order, world.User
-    statement = (
-        select(Order.user_id, Order.amount, User.name)
-        .join(User, User.id == Order.user_id)
-        .options(with_loader_criteria(User, User.name != "hidden"))
-    )
-    if key is not None:
-        statement = statement.where(Order.user_id.in_(key))
+    User = world.User
+    TwinBase.metadata.create_all(world.bind)
     with world.session() as session:
-        rows = sorted(tuple(r) for r in session.execute(statement))
-    users = [u for u in range(6) if u != 2 and (key is None or u in key)]
-    assert rows == [(u, 10 * u + k, f"u{u}") for u in users for k in range(2)]
+        rows = session.execute(select(world.Order.id, world.Order.user_id, world.Order.amount))
+        session.execute(insert(PlainOrder), [r._asdict() for r in rows])
+        session.commit()
+
+    def statement(model: Any) -> Any:
+        built = (
+            select(model.user_id, model.amount, User.name)
+            .join(User, User.id == model.user_id)
+            .options(with_loader_criteria(User, User.name != "hidden"))
+        )
+        return built if key is None else built.where(model.user_id.in_(key))
+
+    with world.session() as session:
+        sharded = sorted(tuple(r) for r in session.execute(statement(world.Order)))
+        plain = sorted(tuple(r) for r in session.execute(statement(PlainOrder)))
+    assert sharded == plain and plain  # (SQLAlchemy 2.0.2 leaves criteria out of such a join)
