@@ -7,11 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import BigInteger, Integer, delete, func, insert, select, true, update
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, with_loader_criteria
+from sqlalchemy import delete, func, select, true, update
+from sqlalchemy.orm import with_loader_criteria
 
 from snowshard.sharding import UnsupportedShardQuery
-from tests.worlds import SqlLog, World, WorldFactory, declare_shop
+from tests.worlds import (
+    PlainOrder,
+    SqlLog,
+    World,
+    WorldFactory,
+    copy_orders_to_plain,
+    declare_shop,
+)
 
 
 def _world(sharded_world: WorldFactory, backend: str = "sqlite", databases: int = 2) -> World:
@@ -91,19 +98,6 @@ def test_get_with_criteria_on_the_model_is_refused(
     assert sql_log.statements() == []
 
 
-class TwinBase(DeclarativeBase):
-    pass
-
-
-class PlainOrder(TwinBase):
-    """The unsharded twin of the shop's orders."""
-
-    __tablename__ = "plain_orders"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    user_id: Mapped[int] = mapped_column(BigInteger)
-    amount: Mapped[int] = mapped_column(Integer)
-
-
 @pytest.mark.parametrize("key", [None, [2, 3]], ids=["keyless", "keyed"])
 def test_criteria_on_an_unsharded_model_apply_as_on_one_table(
     sharded_world: WorldFactory, sql_backend: str, key: list[int] | None
@@ -111,11 +105,7 @@ def test_criteria_on_an_unsharded_model_apply_as_on_one_table(
     """Orders joined with their users, criteria on the users: rows as from a plain table."""
     world = _world(sharded_world, sql_backend, databases=1)
     User = world.User
-    TwinBase.metadata.create_all(world.bind)
-    with world.session() as session:
-        rows = session.execute(select(world.Order.id, world.Order.user_id, world.Order.amount))
-        session.execute(insert(PlainOrder), [r._asdict() for r in rows])
-        session.commit()
+    copy_orders_to_plain(world)
 
     def statement(model: Any) -> Any:
         built = (

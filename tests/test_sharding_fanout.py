@@ -14,15 +14,23 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, String, event, func, literal_column, select
+from sqlalchemy import event, func, literal_column, select
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
 from snowshard.sharding import AsyncShardedSession, ShardedSession, create_all
 from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.spec import ShardConfigError
 from tests.backends import DatabaseFactory, async_url
-from tests.worlds import Shop, World, WorldFactory, declare_shop, open_world
+from tests.worlds import (
+    PlainOrder,
+    Shop,
+    World,
+    WorldFactory,
+    copy_orders_to_plain,
+    declare_shop,
+    open_world,
+)
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -32,20 +40,6 @@ BACKENDS = [
 
 USERS = 40
 SLEEP = 0.25
-
-
-class TwinBase(DeclarativeBase):
-    pass
-
-
-class PlainOrder(TwinBase):
-    """The unsharded twin of ``Order``: the same rows in one plain table."""
-
-    __tablename__ = "plain_orders"
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    user_id: Mapped[int] = mapped_column(BigInteger)
-    amount: Mapped[int] = mapped_column(Integer)
-    note: Mapped[str | None] = mapped_column(String(20))
 
 
 def _fill(world: World) -> None:
@@ -58,12 +52,7 @@ def _fill(world: World) -> None:
         ]
         session.add_all(orders)
         session.commit()
-        rows = [
-            {"id": o.id, "user_id": o.user_id, "amount": o.amount, "note": o.note} for o in orders
-        ]
-    TwinBase.metadata.create_all(world.bind)
-    with world.bind.begin() as conn:
-        conn.execute(sa.insert(PlainOrder), rows)
+    copy_orders_to_plain(world)
 
 
 def _world(factory: Any, backend: str, databases: int = 2) -> tuple[World, Shop]:

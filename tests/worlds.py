@@ -37,7 +37,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import BigInteger, Integer, String, event, insert
+from sqlalchemy import BigInteger, Integer, String, event, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql.elements import ColumnClause
@@ -673,3 +673,35 @@ class WorldFactory:
         self, models: Shop | type[DeclarativeBase], backend: str = "sqlite"
     ) -> World:
         return open_world(self._factory, models, backend, log=self._log)
+
+
+# --------------------------------------------------------------------------- plain twin
+
+
+class PlainBase(DeclarativeBase):
+    """The declarative base of :class:`PlainOrder`."""
+
+
+class PlainOrder(PlainBase):
+    """An unsharded twin of :func:`declare_shop`'s ``Order``: the same rows in one plain
+    table (:func:`copy_orders_to_plain`)."""
+
+    __tablename__ = "plain_orders"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    amount: Mapped[int] = mapped_column(Integer)
+    note: Mapped[str | None] = mapped_column(String(20))
+
+
+def copy_orders_to_plain(world: World) -> None:
+    """Create :class:`PlainOrder` in the world's unsharded database and copy every order of
+    its shop into it."""
+    Order = world.Order
+    with world.session() as session:
+        rows = [
+            r._asdict()
+            for r in session.execute(select(Order.id, Order.user_id, Order.amount, Order.note))
+        ]
+    PlainBase.metadata.create_all(world.bind)
+    with world.bind.begin() as conn:
+        conn.execute(sa.insert(PlainOrder), rows)
