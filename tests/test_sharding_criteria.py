@@ -119,3 +119,26 @@ def test_criteria_on_an_unsharded_model_apply_as_on_one_table(
         sharded = sorted(tuple(r) for r in session.execute(statement(world.Order)))
         plain = sorted(tuple(r) for r in session.execute(statement(PlainOrder)))
     assert sharded == plain and plain  # (SQLAlchemy 2.0.2 leaves criteria out of such a join)
+
+
+def test_criteria_values_that_change_between_runs_of_one_shape_are_honoured(
+    sharded_world: WorldFactory,
+) -> None:
+    """The plan cache reuses a shape's plan, never an earlier run's criteria value."""
+    world = _world(sharded_world, databases=1)
+    copy_orders_to_plain(world)
+    User = world.User
+    for hidden in ("u3", "u4", "u3", "u5", "u5"):
+
+        def statement(model: Any) -> Any:
+            return (
+                select(model.user_id)
+                .join(User, User.id == model.user_id)
+                .where(User.id > 0)
+                .options(with_loader_criteria(User, User.name != hidden))
+            )
+
+        with world.session() as session:
+            sharded = sorted(session.scalars(statement(world.Order)))
+            plain = sorted(session.scalars(statement(PlainOrder)))
+        assert sharded == plain, hidden
