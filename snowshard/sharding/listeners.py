@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import inspect
 
@@ -82,8 +83,9 @@ def _name(function: Any) -> str:
     return str(getattr(function, "__qualname__", None) or repr(function))
 
 
-_clean: dict[ShardedModel, int] = {}
-"""Model -> :func:`listener_registrations` when it was last found to have no such listener."""
+_clean: WeakKeyDictionary[ShardedModel, int] = WeakKeyDictionary()
+"""Model -> :func:`listener_registrations` when it was last found to have no such listener
+(weak: a model goes with its declarative base)."""
 
 
 def check_listeners(model: ShardedModel) -> None:
