@@ -27,26 +27,20 @@ def _world(sharded_world: WorldFactory, backend: str = "sqlite") -> World:
     return world
 
 
-def _add(session: ShardedSession, world: World) -> None:
+def _add(session: ShardedSession, world: World, order_id: int) -> None:
     session.add(world.Order(user_id=6, amount=1))
     session.flush()
 
 
-def _change(session: ShardedSession, world: World) -> None:
-    order = session.scalars(select(world.Order).where(world.Order.user_id == 5)).one()
-    order.amount = 4
-    session.flush()
-
-
-def _read(session: ShardedSession, world: World) -> None:
+def _read(session: ShardedSession, world: World, order_id: int) -> None:
     session.scalars(select(world.Order).order_by(world.Order.id)).all()
 
 
-def _get(session: ShardedSession, world: World) -> None:
-    session.get(world.Order, world.order_id)  # type: ignore[attr-defined]
+def _get(session: ShardedSession, world: World, order_id: int) -> None:
+    session.get(world.Order, order_id)
 
 
-WAYS_IN: dict[str, Callable[[ShardedSession, World], None]] = {
+WAYS_IN: dict[str, Callable[[ShardedSession, World, int], None]] = {
     "flush of a new row": _add,
     "read": _read,
     "get": _get,
@@ -73,12 +67,12 @@ def test_a_listener_without_propagate_is_refused_before_any_sql(
     """A listener on the logical model that no physical class has stops its first use."""
     world = _world(sharded_world)
     with world.session() as session:
-        world.order_id = session.scalars(select(world.Order.id)).one()  # type: ignore[attr-defined]
+        order_id = session.scalars(select(world.Order.id)).one()
     target, name = EVENTS[kind]
     event.listen(target(world.Order), name, _listener)
     sql_log.clear()
     with world.session() as session, pytest.raises(UnpropagatedListener) as raised:
-        WAYS_IN[way](session, world)
+        WAYS_IN[way](session, world, order_id)
     assert sql_log.statements() == []
     assert f"{name!r} listener _listener" in str(raised.value)
 
@@ -88,7 +82,7 @@ def test_the_refusal_says_how_to_register_the_listener(sharded_world: WorldFacto
     world = _world(sharded_world)
     event.listen(world.Order.amount, "set", _listener)
     with world.session() as session, pytest.raises(UnpropagatedListener) as raised:
-        _read(session, world)
+        _read(session, world, 0)
     message = str(raised.value)
     assert "'set' listener _listener on Order.amount would never run" in message
     assert "event.listen(Order.amount, 'set', _listener, propagate=True)" in message
