@@ -89,19 +89,11 @@ def test_the_refusal_says_how_to_register_the_listener(sharded_world: WorldFacto
     assert isinstance(raised.value, ValueError)
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "sqlite",
-        pytest.param("postgresql", marks=pytest.mark.postgres),
-        pytest.param("mysql", marks=pytest.mark.mysql),
-    ],
-)
 def test_listeners_with_propagate_run_for_every_row(
-    sharded_world: WorldFactory, backend: str
+    sharded_world: WorldFactory, sql_backend: str
 ) -> None:
     """before_insert, before_update, load and set listeners see each row, in every table."""
-    world = _world(sharded_world, backend)
+    world = _world(sharded_world, sql_backend)
     Order = world.Order
     seen: list[tuple[str, int]] = []
 
