@@ -36,7 +36,12 @@ from sqlalchemy.sql.naming import conv
 
 from snowshard._compat import keyed_subquery
 from snowshard.sharding.generations import Timeline, build_timeline, default_strategy
-from snowshard.sharding.model import MODEL_INFO, ShardedModel, snowflake_default_of
+from snowshard.sharding.model import (
+    MODEL_INFO,
+    ShardedModel,
+    model_of_class,
+    snowflake_default_of,
+)
 from snowshard.sharding.shards import Shards
 from snowshard.spec import ShardConfigError, ShardInfo, ShardSpec
 from snowshard.strategies import ShardStrategy, colocates_genes
@@ -213,13 +218,15 @@ def physical_class(model_class: type, index: int) -> type:
     """The physical class ``index`` of the sharded model ``model_class``: how pickle finds
     one. A physical class is built at run time, so pickle cannot import it by name; it
     stores the logical class (importable) and the index instead (:func:`_reduce_class`)."""
-    model = model_class.__mapper__.class_manager.info[MODEL_INFO][0]  # type: ignore[attr-defined]
-    return model.classes[index]  # type: ignore[no-any-return]
+    entry = model_of_class(model_class)
+    assert entry is not None, f"{model_class!r} is not a sharded model"
+    return entry[0].classes[index]
 
 
 def _reduce_class(physical: type) -> tuple[Any, ...]:
-    model, index = physical.__mapper__.class_manager.info[MODEL_INFO]  # type: ignore[attr-defined]
-    return physical_class, (model.cls, index)
+    entry = model_of_class(physical)
+    assert entry is not None and entry[1] is not None, f"{physical!r} is no physical class"
+    return physical_class, (entry[0].cls, entry[1])
 
 
 _metaclasses: dict[type, type] = {}
