@@ -18,11 +18,10 @@ from typing import Any
 
 from sqlalchemy.orm import LoaderCriteriaOption
 
-from snowshard._compat import options_of
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel
 
-__all__ = ["check_loader_criteria", "check_statement_criteria"]
+__all__ = ["check_loader_criteria"]
 
 
 def _root_class(option: LoaderCriteriaOption) -> Any:
@@ -50,8 +49,3 @@ def check_loader_criteria(options: Iterable[Any], models: Iterable[ShardedModel]
                     "reach: the condition would be left out. Put it in the statement's "
                     f"WHERE clause instead: select({model.name}).where(...)"
                 )
-
-
-def check_statement_criteria(statement: Any, models: Iterable[ShardedModel]) -> None:
-    """:func:`check_loader_criteria` of a statement's own options."""
-    check_loader_criteria(options_of(statement), models)

@@ -71,7 +71,7 @@ from snowshard.sharding.bulk import (
     writing_to,
 )
 from snowshard.sharding.collation import check_string_keys
-from snowshard.sharding.criteria import check_statement_criteria
+from snowshard.sharding.criteria import check_loader_criteria
 from snowshard.sharding.eager import check_eager_joins
 from snowshard.sharding.errors import (
     FanOutForbidden,
@@ -455,7 +455,7 @@ def plan_statement(
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)
-    check_statement_criteria(statement, found)
+    check_loader_criteria(options_of(statement), found)
     where = getattr(statement, "whereclause", None)
     route_ = route(found, where, params)
     dialect = _dialect(session, found[0])
