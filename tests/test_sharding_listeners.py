@@ -45,7 +45,7 @@ WAYS_IN: dict[str, Callable[[ShardedSession, World, int], None]] = {
     "read": _read,
     "get": _get,
 }
-"""The first use of the model in a session: each checks its listeners."""
+"""Ways a session reads or writes the model: each checks its listeners."""
 
 EVENTS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "mapper": (lambda m: m, "before_insert"),
@@ -64,7 +64,7 @@ def _listener(*args: Any) -> None:
 def test_a_listener_without_propagate_is_refused_before_any_sql(
     sharded_world: WorldFactory, sql_log: SqlLog, kind: str, way: str
 ) -> None:
-    """A listener on the logical model that no physical class has stops its first use."""
+    """A listener on the logical model that no physical class has stops the next use."""
     world = _world(sharded_world)
     with world.session() as session:
         order_id = session.scalars(select(world.Order.id)).one()
@@ -75,6 +75,20 @@ def test_a_listener_without_propagate_is_refused_before_any_sql(
         WAYS_IN[way](session, world, order_id)
     assert sql_log.statements() == []
     assert f"{name!r} listener _listener" in str(raised.value)
+
+
+def test_a_listener_registered_while_a_session_is_open_stops_its_next_read(
+    sharded_world: WorldFactory, sql_log: SqlLog
+) -> None:
+    """The session that already read the model refuses it once a bad listener appears."""
+    world = _world(sharded_world)
+    with world.session() as session:
+        _read(session, world, 0)
+        event.listen(world.Order, "load", _listener)
+        sql_log.clear()
+        with pytest.raises(UnpropagatedListener):
+            _read(session, world, 0)
+    assert sql_log.statements() == []
 
 
 def test_the_refusal_says_how_to_register_the_listener(sharded_world: WorldFactory) -> None:

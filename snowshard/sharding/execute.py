@@ -87,6 +87,7 @@ from snowshard.sharding.hints import (
     names_physical_tables,
     session_databases,
 )
+from snowshard.sharding.listeners import check_listeners
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_table
 from snowshard.sharding.modifiers import check_dml_modifiers
@@ -570,7 +571,7 @@ def route_first(
     models, lookup = shape_models(statement, _models)
     if not models:
         return statement, params, bind_arguments or {}
-    session.check_listeners(models)
+    check_listeners(models)
     shape = lookup.shape
     if shape is None or shape.column_load is not False:
         return None  # first of its shape, or a refresh: the hook decides and remembers
@@ -638,7 +639,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     hint = hint_of(session, options)
     if not models:
         return _unsharded(state, hint)
-    session.check_listeners(models)
+    check_listeners(models)
     parameters = state.parameters
     many = isinstance(parameters, list)  # ORMExecuteState.is_executemany, read once
     if statement.is_insert or (many and statement.is_update):

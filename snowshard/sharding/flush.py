@@ -19,19 +19,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ClauseElement
 
 from snowshard.sharding.analysis import models_in_subqueries, models_named
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.declare import ROUTED_KEYS
 from snowshard.sharding.errors import MissingShardKey, ShardKeyChanged, UnsupportedShardQuery
+from snowshard.sharding.listeners import check_listeners
 from snowshard.sharding.model import ShardedModel, model_of_class
 from snowshard.sharding.rewrite import Target, retarget
 
 __all__ = ["check_flush"]
 
 
-def check_flush(session: Any, flush_context: Any, instances: Any) -> None:
+def check_flush(session: Session, flush_context: Any, instances: Any) -> None:
     """``before_flush`` hook: every new or changed sharded row still belongs where it is,
     and the listeners on its model reach it (:mod:`~snowshard.sharding.listeners`)."""
     checked: set[int] = set()
@@ -70,7 +72,7 @@ def check_flush(session: Any, flush_context: Any, instances: Any) -> None:
         entry = model_of_class(type(obj))
         if entry is not None:
             models.add(entry[0])
-    session.check_listeners(models)
+    check_listeners(models)
 
 
 def _point_expressions(obj: Any, model: ShardedModel, shard: int, what: str) -> None:

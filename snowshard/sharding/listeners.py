@@ -8,13 +8,13 @@ listener on ``Order`` would silently never run. :func:`check_listeners` finds su
 listeners (on the logical class, its mapper or its attributes, and on none of its physical
 classes; SQLAlchemy's own, which each mapper installs for itself, aside) and raises
 :class:`~snowshard.sharding.errors.UnpropagatedListener`, naming the first, before any
-SQL. A :class:`~snowshard.sharding.session.ShardedSession` checks each model
-the first time it reads or writes it.
+SQL. A :class:`~snowshard.sharding.session.ShardedSession` checks the models of each
+read, ``get`` and flush; a model found clean costs a lookup until the next ``listen()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -88,16 +88,20 @@ _clean: WeakKeyDictionary[ShardedModel, int] = WeakKeyDictionary()
 (weak: a model goes with its declarative base)."""
 
 
-def check_listeners(model: ShardedModel) -> None:
-    """Raise :class:`UnpropagatedListener` if a listener on ``model``'s logical class would
-    never run (module docstring); skipped while no listener was added since the model was
-    last found clean."""
+def check_listeners(models: Iterable[ShardedModel]) -> None:
+    """Raise :class:`UnpropagatedListener` if a listener on one of ``models``' logical
+    classes would never run (module docstring); a model is skipped while no listener was
+    registered since it was last found clean."""
     registrations = listener_registrations()
-    if _clean.get(model) == registrations:
-        return
+    for model in models:
+        if _clean.get(model) != registrations:
+            _check(model)
+            _clean[model] = registrations
+
+
+def _check(model: ShardedModel) -> None:
     missing = unpropagated(model)
     if not missing:
-        _clean[model] = registrations
         return
     target, event, function = missing[0]
     others = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

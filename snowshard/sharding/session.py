@@ -36,7 +36,7 @@ commit that fails in one database after another committed leaves the first commi
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, Table, event, insert, inspect, update
@@ -152,20 +152,9 @@ class ShardedSession(RoutingSession):
         self.commits = CommitCoordinator(self, twophase)
         """Commits the databases (:mod:`~snowshard.sharding.twophase`)."""
         self._flush_connections: dict[type, Connection] | None = None
-        self._listeners_checked: set[ShardedModel] = set()
         copies = config.engines if config is not None else {}
         self._database_keys = driver_errors.database_keys(primaries, copies)
         guard([b.engine for b in primaries.values()] + [e for c in copies.values() for e in c])
-
-    def check_listeners(self, models: Iterable[ShardedModel]) -> None:
-        """Raise :class:`~snowshard.sharding.errors.UnpropagatedListener` if a listener on
-        one of ``models`` would never run (:mod:`~snowshard.sharding.listeners`); each
-        model is checked the first time this session reads or writes it."""
-        checked = self._listeners_checked
-        for model in models:
-            if model not in checked:
-                check_listeners(model)
-                checked.add(model)
 
     def route_first(
         self,
@@ -339,7 +328,7 @@ class ShardedSession(RoutingSession):
         if found is None:
             return super().get(entity, ident, **kw)
         model, shard = found
-        self.check_listeners((model,))
+        check_listeners((model,))
         check_loader_criteria(kw.get("options") or (), (model,))
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
         arguments = kw.pop("bind_arguments", None)
