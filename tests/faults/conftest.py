@@ -161,12 +161,14 @@ class Child:
         deadline = time.monotonic() + timeout
         while not any(at > wall for _, at in self.record().ids):
             if time.monotonic() > deadline:
+                log = self._log_tail()
+                stacks = self.stacks()
                 record = self.record()
                 last = max((at for _, at in record.ids), default=None)
                 pytest.fail(
                     f"child {self.pid} issued nothing after {wall} in {timeout} s (alive: "
                     f"{self.process.is_alive()}; last ID at {last}; last errors "
-                    f"{record.errors[-3:]}; log: {self._log_tail()})"
+                    f"{record.errors[-3:]}; log: {log}; where it is: {stacks})"
                 )
             time.sleep(0.05)
 
@@ -175,10 +177,26 @@ class Child:
         self.stop_file.touch()
         self.process.join(timeout)
         if self.process.exitcode is None:
+            log, stacks = self._log_tail(), self.stacks()
             self.terminate()
-            pytest.fail(f"child {self.pid} did not finish: {self._log_tail()}")
+            pytest.fail(f"child {self.pid} did not finish: {log}; where it is: {stacks}")
         code = self.process.exitcode
         assert code == 0, f"child {self.pid} exited {code}: {self._log_tail()}"
+
+    def stacks(self) -> str:
+        """The stacks of the child's threads, if it is alive (SIGUSR1: see ``run_forked``)."""
+        if not self.process.is_alive():
+            return "(not running)"
+        size = self.log.stat().st_size if self.log.exists() else 0
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if self.log.exists() and self.log.stat().st_size > size:
+                time.sleep(0.1)  # let it finish writing
+                break
+        text = self.log.read_bytes()[size:].decode(errors="replace")
+        return text or "(no stack written within 2 s)"
 
     def signal(self, signum: int) -> None:
         os.kill(self.pid, signum)

@@ -19,8 +19,10 @@ Modes:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import time
 from array import array
 from pathlib import Path
@@ -120,11 +122,16 @@ def issue(args: argparse.Namespace) -> None:
 
 
 def run_forked(argv: list[str], log: str) -> None:
-    """Entry point of a forked child: output to ``log``, then :func:`main`."""
+    """Entry point of a forked child: output to ``log``, then :func:`main`.
+
+    SIGUSR1 makes the child write every thread's stack to ``log`` (a test that finds it
+    stuck asks for them before failing).
+    """
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     main(argv)
 
 
