@@ -1,7 +1,7 @@
 """Every private or version-dependent SQLAlchemy and Alembic name snowshard uses, in one place.
 
 Supported: SQLAlchemy 2.0.x from the floor in ``pyproject.toml`` through 2.1.x, and Alembic
-from its floor on. Each helper below says which versions need it and why; a test
+from its floor on (and one private redis-py attribute, :func:`redis_socket`). Each helper below says which versions need it and why; a test
 (``tests/test_compat.py``) fails if any other module reaches for a private name of either
 package. When a floor is raised, the helpers whose comment names only older versions can
 go.
@@ -85,6 +85,7 @@ __all__ = [
     "orm_pre_execute",
     "plugin_subject_of",
     "prefixes_of",
+    "redis_socket",
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
@@ -981,3 +982,13 @@ def register_renderer(cls: type, render: Callable[..., str]) -> None:
         return
     _RENDERED.add(cls)
     renderers.dispatch_for(cls)(render)
+
+
+def redis_socket(connection: Any) -> Any:
+    """The socket of a redis-py ``Connection`` (``None`` while it has none).
+
+    redis-py versions 5.1 through 8.x keep it in the private ``_sock``, with no public accessor;
+    :func:`snowshard.workers.redis_connection._handshake` needs its addresses. On a redis-py
+    without the attribute this returns ``None`` and the check it serves is skipped.
+    """
+    return getattr(connection, "_sock", None)

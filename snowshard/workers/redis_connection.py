@@ -7,8 +7,11 @@ Needs ``redis`` (``snowshard[redis]``); :func:`import_redis` says so when it is 
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from snowshard._compat import redis_socket
 from snowshard.errors import MissingExtra
 from snowshard.redaction import redact_url, scrub, url_secrets
 from snowshard.workers.errors import WorkerConfigError
@@ -48,7 +51,8 @@ def connect(
     ``redis://:PASSWORD@host`` or ``?password=PASSWORD``) gets socket timeouts of
     ``timeout`` seconds and at most one immediate retry, so an unreachable server fails
     fast instead of after redis-py's default backoff; options in the URL's query string
-    win. A client is used as configured. A URL redis-py cannot parse raises ``error``,
+    win. Its connections refuse to talk to themselves (:func:`_handshake`). A client is used
+    as configured. A URL redis-py cannot parse raises ``error``,
     whose message shows the URL without its secrets.
     """
     redis = import_redis()
@@ -65,6 +69,7 @@ def connect(
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
                 retry=Retry(NoBackoff(), 1),
+                redis_connect_func=_handshake,
             )
         except (ValueError, TypeError) as exc:
             # redis-py's text may quote a piece of a malformed URL: keep it only when the
@@ -87,6 +92,35 @@ def connect(
     password = kwargs.get("password")
     secrets = frozenset({password}) if isinstance(password, str) and password else frozenset()
     return Connected(target, False, describe(target), secrets)
+
+
+def _handshake(connection: Any) -> None:
+    """redis-py's connection handshake, once the socket is known to reach a server.
+
+    When nothing listens on a local port in the kernel's ephemeral range (Redis restarting
+    on 127.0.0.1:50002, say), a connect to it can be given that very port as its own: TCP
+    then connects the socket to itself. redis-py would read its own commands back as
+    replies (an ``AttributeError`` or ``ValueError`` far from the cause), keep the socket,
+    and hold the port, so Redis could not start on it again. Such a connection is refused
+    with redis-py's ``ConnectionError`` after closing it with a reset (redis-py's own close
+    would leave the port in TIME_WAIT for a minute, which no server's ``SO_REUSEADDR``
+    overrides). redis-py has no public accessor for the socket:
+    :func:`~snowshard._compat.redis_socket` reads it.
+    """
+    redis = import_redis()
+    sock = redis_socket(connection)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        here = sock.getsockname()
+        if here == sock.getpeername():
+            # closed here, with a reset: redis-py's close (shutdown first) would leave the
+            # port in TIME_WAIT for a minute, where a server cannot bind it either
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+            raise redis.exceptions.ConnectionError(
+                f"nothing listens on {here[0]} port {here[1]}: the connection reached "
+                "itself (the kernel gave it that port as its own), so it was closed"
+            )
+    connection.on_connect()
 
 
 def describe(client: Redis) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +16,8 @@ import redis
 
 from snowshard import Layout
 from tests.faults.conftest import Child, wall_ms
-from tests.faults.servers import RedisServer
+from tests.backends import backend_unavailable
+from tests.faults.servers import RedisServer, require_redis_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -116,3 +122,28 @@ def test_issuer_fails_cleanly_during_an_outage_and_never_repeats(
         assert [wall for _, wall in record.ids if wall > up_at], "it never resumed"
     # ~600 at full speed; a loaded 2-core machine has issued under 300 in 0.3 s
     assert len(every_id) == len(set(every_id)) > 100
+
+
+def test_clients_of_a_stopped_redis_never_connect_to_themselves(tmp_path: Path) -> None:
+    """Redis down on a port the kernel may lend: clean errors, and Redis can come back."""
+    # A private network namespace (unshare -rn: no root needed) whose ephemeral port range
+    # is 40000-40003, so a connect to 127.0.0.1:40002 soon gets 40002 as its own port.
+    binary = require_redis_server()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        backend_unavailable("unshare (util-linux) is not on PATH: no private network namespace")
+    setup = "ip link set lo up && echo '40000 40003' > /proc/sys/net/ipv4/ip_local_port_range"
+    child = f"{shlex.quote(sys.executable)} -m tests.faults.self_connect 40002 " + " ".join(
+        shlex.quote(str(arg)) for arg in (binary, tmp_path)
+    )
+    done = subprocess.run(
+        [unshare, "-rn", "sh", "-c", f"{setup} && exec {child}"],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2],
+    )
+    if done.returncode and "unshare" in done.stderr and not done.stdout:
+        backend_unavailable(f"no private network namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["issuer"] == ["IssuerUnavailable"] * 20
+    assert result["lease"] == ["LeaseBackendError"] * 10
+    assert result["resumed_ms"] is not None, "redis-server could not take its port back"
