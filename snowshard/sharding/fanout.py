@@ -4,7 +4,7 @@ A statement that reads several databases (:mod:`~snowshard.sharding.execute`) se
 database its statement concurrently, ``limit`` databases at a time:
 
 * sync sessions: a shared thread pool (:data:`POOL_THREADS` threads at most, started on
-  first use), plus the calling thread, which takes work too, so a fan-out always
+  first use, and anew in a forked child), plus the calling thread, which takes work too, so a fan-out always
   progresses even when every pool thread is busy with other sessions' work;
 * asyncio sessions: ``asyncio.gather`` over SQLAlchemy's greenlet bridge.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,6 +53,23 @@ _T = TypeVar("_T")
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool_after_fork() -> None:
+    """In a forked child: the parent's pool threads do not exist here; start a pool anew.
+
+    The child inherits the pool's bookkeeping but none of its threads: idle threads it
+    believes it has would never take work, so every fan-out would run in the calling thread
+    alone, one database after another, and a lock a parent thread held in ``submit`` at the
+    fork would never be released.
+    """
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def _shared_pool() -> ThreadPoolExecutor:
