@@ -85,7 +85,6 @@ __all__ = [
     "orm_pre_execute",
     "plugin_subject_of",
     "prefixes_of",
-    "redis_socket",
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
@@ -983,12 +982,3 @@ def register_renderer(cls: type, render: Callable[..., str]) -> None:
     _RENDERED.add(cls)
     renderers.dispatch_for(cls)(render)
 
-
-def redis_socket(connection: Any) -> Any:
-    """The socket of a redis-py ``Connection`` (``None`` while it has none).
-
-    redis-py versions 5.1 through 8.x keep it in the private ``_sock``, with no public accessor;
-    :func:`snowshard.workers.redis_connection._handshake` needs its addresses. On a redis-py
-    without the attribute this returns ``None`` and the check it serves is skipped.
-    """
-    return getattr(connection, "_sock", None)

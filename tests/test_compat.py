@@ -1,4 +1,8 @@
-"""Private SQLAlchemy and Alembic names are used in ``snowshard/_compat.py`` and nowhere else."""
+"""Private SQLAlchemy and Alembic names are used in ``snowshard/_compat.py`` and nowhere else.
+
+The one private redis-py name lives in ``snowshard/workers/_redis_compat.py`` (the Redis
+lease and issuer do not import SQLAlchemy), which imports neither package.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = ROOT / "snowshard" / "_compat.py"
+REDIS_COMPAT = ROOT / "snowshard" / "workers" / "_redis_compat.py"
 CHECKED = sorted(
     path
     for folder in ("snowshard", "migrations", "examples", "benchmarks")
     for path in (ROOT / folder).rglob("*.py")
-    if path != COMPAT
+    if path not in (COMPAT, REDIS_COMPAT)
 )
 FOREIGN = ("sqlalchemy", "alembic")
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
@@ -102,9 +107,10 @@ def test_checker_catches_a_private_attribute_read_by_name() -> None:
     ]
 
 
-def test_every_compat_helper_names_the_versions_that_need_it() -> None:
-    """Each public helper in _compat has a docstring naming the versions it is for."""
-    tree = ast.parse(COMPAT.read_text())
+@pytest.mark.parametrize("path", [COMPAT, REDIS_COMPAT], ids=["_compat", "_redis_compat"])
+def test_every_compat_helper_names_the_versions_that_need_it(path: Path) -> None:
+    """Each public helper in a compat module has a docstring naming the versions it is for."""
+    tree = ast.parse(path.read_text())
     helpers = [
         node
         for node in tree.body
@@ -114,4 +120,17 @@ def test_every_compat_helper_names_the_versions_that_need_it() -> None:
     for node in helpers:
         doc = ast.get_docstring(node) or ""
         assert "version" in doc or "Alembic 1." in doc, node.name
+
+
+def test_the_redis_compat_module_imports_no_sqlalchemy_or_alembic() -> None:
+    """_redis_compat holds private redis-py names only: it imports no SQLAlchemy or Alembic."""
+    tree = ast.parse(REDIS_COMPAT.read_text())
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0] for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert not imported & set(FOREIGN)
 

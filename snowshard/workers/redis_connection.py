@@ -11,10 +11,10 @@ import socket
 import struct
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from snowshard._compat import redis_socket
 from snowshard.errors import MissingExtra
 from snowshard.redaction import redact_url, scrub, url_secrets
 from snowshard.workers.errors import WorkerConfigError
+from snowshard.workers._redis_compat import redis_socket
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -105,7 +105,7 @@ def _handshake(connection: Any) -> None:
     with redis-py's ``ConnectionError`` after closing it with a reset (redis-py's own close
     would leave the port in TIME_WAIT for a minute, which no server's ``SO_REUSEADDR``
     overrides). redis-py has no public accessor for the socket:
-    :func:`~snowshard._compat.redis_socket` reads it.
+    :func:`~snowshard.workers._redis_compat.redis_socket` reads it.
     """
     redis = import_redis()
     sock = redis_socket(connection)
