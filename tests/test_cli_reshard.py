@@ -219,10 +219,12 @@ def test_capture_logical_from_the_command_line(database_factory: DatabaseFactory
 
 
 def test_status_watch_follows_a_running_copy(world: ReshardWorld, capsys: pytest.CaptureFixture[str]) -> None:
-    """status --watch, while start runs in another thread at 300 rows/s, draws the copy's
+    """status --watch, while start runs in another thread at 100 rows/s, draws the copy's
     bar with rows/s until the copy ends, then prints the final status."""
     job = world.job(chunk_rows=20)
-    runner = threading.Thread(target=lambda: job.start(rows_per_second=300), daemon=True)
+    # 3 s of copying: at 300 rows/s, a CI run's load once delayed the command's start-up
+    # until the copy had ended, leaving it nothing to measure a speed from
+    runner = threading.Thread(target=lambda: job.start(rows_per_second=100), daemon=True)
     runner.start()
     deadline = time.monotonic() + 30
     while job.phase() != "copying":
