@@ -7,6 +7,7 @@ as it found it (no delay, SQL thread running).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -45,24 +46,42 @@ def test_copy_waits_while_a_delayed_mariadb_replica_lags(replicated: tuple[Resha
     the replica's lag, waits until it caught up, and still copies every row."""
     world, replica = replicated
     _replication(replica, "STOP SLAVE", "CHANGE MASTER TO MASTER_DELAY = 6", "START SLAVE")
-    # lagging before the copy starts: a commit the replica holds back, then time passes
-    # (the lag grows from 0 while the delay runs; a fast copy could otherwise finish first).
-    # The delay leaves the copy about 4 s to see the lag: with 3 s, a slow machine's set-up
-    # of the job took the second the replica stayed lagging, and the copy never waited.
+    # The primary commits a row every 0.2 s until the copy reports the lag, so the replica
+    # stays behind however long the job's set-up takes (one commit before the copy left it
+    # about 4 s, which a loaded CI machine's set-up once used up: the copy never waited).
     with world.bind.begin() as connection:
         connection.execute(sa.text("CREATE TABLE rs_lag_probe (x integer)"))
+    seen: list[tuple[str, int]] = []
+    reported = threading.Event()
+
+    def commit_until_reported() -> None:
+        deadline = time.monotonic() + 120
+        while not reported.is_set() and time.monotonic() < deadline:
+            with world.bind.begin() as connection:
+                connection.execute(sa.text("INSERT INTO rs_lag_probe VALUES (1)"))
+            reported.wait(0.2)
 
     def lagging() -> bool:
         with replica.connect() as connection:
             status = connection.execute(sa.text("SHOW SLAVE STATUS")).mappings().one()
             return (status["Seconds_Behind_Master"] or 0) >= 2
 
-    wait_for_replica(lagging, "a lag of 2 s behind the primary")
-    seen: list[tuple[str, int]] = []
-    job = Reshard(world.plan(chunk_rows=150), world.engines, replicas={"default": [replica]},
-                  progress=lambda step, done, total: seen.append((step, done)))
-    began = time.monotonic()
-    job.start(max_replica_lag=1)
+    def progress(step: str, done: int, total: int | None) -> None:
+        seen.append((step, done))
+        if step == "replica lag (ms)":
+            reported.set()
+
+    writer = threading.Thread(target=commit_until_reported, daemon=True)
+    writer.start()
+    try:
+        wait_for_replica(lagging, "a lag of 2 s behind the primary")
+        job = Reshard(world.plan(chunk_rows=150), world.engines, replicas={"default": [replica]},
+                      progress=progress)
+        began = time.monotonic()
+        job.start(max_replica_lag=1)
+    finally:
+        reported.set()
+        writer.join()
     waiting = [done for step, done in seen if step == "replica lag (ms)"]
     assert waiting and max(waiting) >= 2000, seen[-6:]  # whole seconds, above the limit
     assert time.monotonic() - began >= 0.5  # it did wait for the delayed replica
