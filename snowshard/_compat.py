@@ -1,7 +1,7 @@
 """Every private or version-dependent SQLAlchemy and Alembic name snowshard uses, in one place.
 
 Supported: SQLAlchemy 2.0.x from the floor in ``pyproject.toml`` through 2.1.x, and Alembic
-from its floor on (and one private redis-py attribute, :func:`redis_socket`). Each helper below says which versions need it and why; a test
+from its floor on. Each helper below says which versions need it and why; a test
 (``tests/test_compat.py``) fails if any other module reaches for a private name of either
 package. When a floor is raised, the helpers whose comment names only older versions can
 go.
@@ -981,4 +981,3 @@ def register_renderer(cls: type, render: Callable[..., str]) -> None:
         return
     _RENDERED.add(cls)
     renderers.dispatch_for(cls)(render)
-

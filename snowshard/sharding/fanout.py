@@ -4,8 +4,9 @@ A statement that reads several databases (:mod:`~snowshard.sharding.execute`) se
 database its statement concurrently, ``limit`` databases at a time:
 
 * sync sessions: a shared thread pool (:data:`POOL_THREADS` threads at most, started on
-  first use, and anew in a forked child), plus the calling thread, which takes work too, so a fan-out always
-  progresses even when every pool thread is busy with other sessions' work;
+  first use, and anew in a forked child), plus the calling thread, which takes work too,
+  so a fan-out always progresses even when every pool thread is busy with other
+  sessions' work;
 * asyncio sessions: ``asyncio.gather`` over SQLAlchemy's greenlet bridge.
 
 Each task is given the one connection its database has in the session's transaction,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from snowshard.errors import MissingExtra
 from snowshard.redaction import redact_url, scrub, url_secrets
-from snowshard.workers.errors import WorkerConfigError
 from snowshard.workers._redis_compat import redis_socket
+from snowshard.workers.errors import WorkerConfigError
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -51,9 +51,9 @@ def connect(
     ``redis://:PASSWORD@host`` or ``?password=PASSWORD``) gets socket timeouts of
     ``timeout`` seconds and at most one immediate retry, so an unreachable server fails
     fast instead of after redis-py's default backoff; options in the URL's query string
-    win. Its connections refuse to talk to themselves (:func:`_handshake`). A client is used
-    as configured. A URL redis-py cannot parse raises ``error``,
-    whose message shows the URL without its secrets.
+    win, and its connections refuse to talk to themselves (:func:`_handshake`). A client is
+    used as configured. A URL redis-py cannot parse raises ``error``, whose message shows
+    the URL without its secrets.
     """
     redis = import_redis()
     if isinstance(target, str):

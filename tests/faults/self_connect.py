@@ -1,15 +1,16 @@
 """Clients of a stopped Redis whose port the kernel may hand them as their own.
 
 ``python -m tests.faults.self_connect PORT REDIS_SERVER DIRECTORY``, run in a private network
-namespace whose ephemeral port range is a few ports around ``PORT`` (see
+namespace whose ephemeral port range is ``PORT`` and ``PORT + 1`` (see
 ``test_faults_redis.py``), so that connecting to ``127.0.0.1:PORT`` while nothing listens
-there is given ``PORT`` as the source port within a try or two: TCP then connects the socket
-to itself. Prints one JSON object:
+there is given ``PORT`` as its source port (Linux's ``connect`` tries the ports of the
+range's first port's parity first): TCP then connects the socket to itself. Prints one
+JSON object:
 
 ``issuer``, ``lease``
-    the outcome (``"ok"`` or the exception's class name) of 20 ``next_id`` calls of one
-    :class:`~snowshard.redis_issuer.RedisIssuer`, and of 10 attempts to start a generator on
-    a new :class:`~snowshard.workers.RedisLease`, while Redis is down;
+    the outcomes (:func:`outcomes`) of 20 ``next_id`` calls of one
+    :class:`~snowshard.redis_issuer.RedisIssuer`, and of 10 attempts to start a generator
+    on a new :class:`~snowshard.workers.RedisLease`, while Redis is down;
 ``resumed_ms``
     how long after ``redis-server`` was started on ``PORT`` the issuer issued again (``None``
     if not within 10 s: the server could not take its port back).
@@ -29,13 +30,16 @@ from snowshard.workers import RedisLease
 
 
 def outcomes(attempt: Callable[[], object], times: int) -> list[str]:
+    """Each attempt's outcome: "ok", or the exception's class, with " (itself)" when its
+    message says the connection reached itself (so the fault did happen)."""
     found = []
     for _ in range(times):
         try:
             attempt()
             found.append("ok")
         except Exception as exc:  # noqa: BLE001 - the class is the result
-            found.append(type(exc).__name__)
+            itself = " (itself)" if "reached itself" in str(exc) else ""
+            found.append(type(exc).__name__ + itself)
     return found
 
 
