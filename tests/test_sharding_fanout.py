@@ -8,7 +8,6 @@ with the times ``before_cursor_execute``/``after_cursor_execute`` record.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.sharding.fanout import run_concurrently
 from snowshard.spec import ShardConfigError
 from tests.backends import DatabaseFactory, async_url
+from tests.forking import in_forked_child, needs_fork
 from tests.worlds import (
     PlainOrder,
     Shop,
@@ -358,7 +358,7 @@ def test_async_fan_out_gathers_the_databases(pg_world: tuple[World, Shop]) -> No
     assert alone >= 4 * SLEEP
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
+@needs_fork
 def test_a_forked_child_fans_out_on_threads_of_its_own() -> None:
     """After fork(), a fan-out in the child still runs its tasks on several threads at once."""
 
@@ -366,18 +366,9 @@ def test_a_forked_child_fans_out_on_threads_of_its_own() -> None:
         time.sleep(0.1)
         return threading.get_ident()
 
+    def threads_in_child() -> int:
+        return len(set(run_concurrently([task] * 4, 4, lambda _: None)))
+
     run_concurrently([task] * 4, 4, lambda _: None)  # the parent's pool now has idle threads
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child, which reports through the pipe
-        found = 0
-        try:
-            found = len(set(run_concurrently([task] * 4, 4, lambda _: None)))
-        finally:
-            os.write(write, bytes([found]))
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        threads = pipe.read()
-    os.waitpid(pid, 0)
-    assert threads == bytes([4])  # the calling thread and three of the child's own pool
+    # the calling thread and three of the child's own pool
+    assert in_forked_child(threads_in_child) == 4

@@ -12,6 +12,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from snowshard._compat import RoutingSession
 from snowshard.sharding import ShardedSession, UnsupportedShardQuery, shard_hint
 from snowshard.sharding.plan_cache import PlanCache, plan_cache_of
+from tests.forking import in_forked_child, needs_fork
 from tests.worlds import SqlLog, World, WorldFactory, declare_shop
 
 SHOP = declare_shop(4)
@@ -317,3 +318,12 @@ def test_routing_session_overrides_what_session_execute_calls() -> None:
         assert "_execute_internal" in inspect.getsource(method)
     assert callable(ORMExecuteState._remaining_events)
     assert RoutingSession._execute_internal is not Session._execute_internal
+
+
+@needs_fork
+def test_a_forked_child_can_fill_a_cache_whose_lock_a_thread_held() -> None:
+    """A fork while another thread fills the cache leaves the child a lock of its own."""
+    cache = PlanCache()
+    with cache._lock:  # as a thread inside put() holds it at the moment of the fork
+        stored = in_forked_child(lambda: len(cache) if cache.put("key", "shape") else 0)
+    assert stored == 1

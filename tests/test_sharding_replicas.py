@@ -33,10 +33,12 @@ from snowshard.sharding import (
 )
 from snowshard.sharding.bulk import BIND_KEY
 from snowshard.sharding.driver_errors import ShardOperationError
+from snowshard.sharding import replicas as replicas_module
 from snowshard.sharding.replicas import Replicas, ReplicaUnavailable
 from snowshard.sharding.twophase import TwoPhase
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
 from tests.backends import DatabaseFactory, async_url, wait_for_replica
+from tests.forking import in_forked_child, needs_fork
 from tests.worlds import SqlLog, declare_shop
 
 SHOP = declare_shop(4, databases=2)  # orders_00/01 in "a" (with users), orders_02/03 in "b"
@@ -639,3 +641,11 @@ def test_no_replicas_changes_nothing(pair: Pair) -> None:
         assert session.scalars(_orders_of(USER_A)).all() == [1]
     assert pair.read_from() == {"a"}
 
+
+@needs_fork
+def test_a_forked_child_gets_a_free_lock_of_the_replica_records() -> None:
+    """A fork while another thread holds the lock of the down-replica records frees it in
+    the child (else its next read with replicas would hang)."""
+    with replicas_module._lock:  # as a thread picking a replica holds it at the fork
+        free = in_forked_child(lambda: int(replicas_module._lock.acquire(timeout=2)))
+    assert free == 1

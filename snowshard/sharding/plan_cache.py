@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Optional
@@ -117,6 +119,19 @@ class _Template:
         return {key: binds[index].effective_value for key, index in self.keys}
 
 
+_caches: weakref.WeakSet[PlanCache] = weakref.WeakSet()
+"""Every live :class:`PlanCache`, so a forked child can give each a lock of its own."""
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_caches):
+        cache._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class PlanCache:
     """A bounded, thread-safe LRU mapping: statement cache key -> what its shape needs.
 
@@ -133,6 +148,11 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        _caches.add(self)
+
+    def _after_fork(self) -> None:
+        # a thread of the parent may have held the lock at the fork; it does not exist here
+        self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Optional[_Shape]:
         entry = self._entries.get(key)

@@ -44,6 +44,7 @@ engine. The rules, per database of a session:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -88,6 +89,18 @@ DEFAULT_RETRY_AFTER = 30.0
 _RELOAD = "reload"
 
 _lock = threading.Lock()
+"""Guards the two records below (held for a dictionary operation or two)."""
+
+
+def _new_lock_after_fork() -> None:
+    # a thread of the parent may have held it at the fork; that thread does not exist here
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
+
 _down_until: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 """Replica engine -> clock reading until which it is skipped (process-wide)."""
 _turns: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
