@@ -196,7 +196,21 @@ class Child:
                 time.sleep(0.1)  # let it finish writing
                 break
         text = self.log.read_bytes()[size:].decode(errors="replace")
-        return text or "(no stack written within 2 s)"
+        return text or f"(no stack written within 2 s; the kernel's view: {self._kernel_state()})"
+
+    def _kernel_state(self) -> str:
+        """State (R, S, D, T...), wait channel and system call of the child, as Linux shows
+        them: a child that cannot even run its signal handler is stopped or in the kernel."""
+        found = []
+        for name in ("status", "wchan", "syscall", "stack"):
+            try:
+                text = Path(f"/proc/{self.pid}/{name}").read_text()
+            except OSError as exc:
+                text = f"unreadable ({exc.strerror})"
+            if name == "status":
+                text = next((line for line in text.splitlines() if line.startswith("State")), "")
+            found.append(f"{name}: {' '.join(text.split())[:400]}")
+        return "; ".join(found)
 
     def signal(self, signum: int) -> None:
         os.kill(self.pid, signum)
