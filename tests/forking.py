@@ -12,8 +12,9 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX
 
 
 def in_forked_child(check: Callable[[], int], timeout: int = 10) -> int:
-    """``check()``'s return value (0-255), run in a child forked now; -1 if it raised, and
-    pytest.fail if it had not returned after ``timeout`` s (a hang, e.g. on a lock)."""
+    """``check()``'s return value (0-254), run in a child forked now; 255 if it raised, -1
+    if the child wrote nothing, and pytest.fail if it had not returned after ``timeout`` s
+    (a hang, e.g. on a lock)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
