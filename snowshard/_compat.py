@@ -308,6 +308,26 @@ def options_of(statement: Any) -> tuple[Any, ...]:
     return tuple(getattr(statement, "_with_options", ()))
 
 
+def criteria_condition(option: Any, entity: Any) -> Any:
+    """The condition a ``with_loader_criteria()`` option gives for ``entity`` (a class or
+    an aliased entity): its lambda called with it, as the ORM calls it, or its expression
+    (``_where_crit_orig``, the callable or expression as given, all versions)."""
+    if option.deferred_where_criteria:
+        return option._where_crit_orig(entity)
+    return option.where_criteria
+
+
+def _version() -> tuple[int, ...]:
+    """SQLAlchemy's version as numbers (2.0.5.post1: (2, 0, 5))."""
+    return tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3] if p.isdigit())
+
+
+ALIASES_TAKE_CRITERIA = _version() >= (2, 0, 4)
+"""Whether the ORM can apply loader criteria to an entity aliased with ``adapt_on_names``
+(the UNION ALL of a model's tables): before version 2.0.4 its column adapter reads
+``.name`` of every element of the condition and raises ``AttributeError``."""
+
+
 def joins_of(statement: Any) -> tuple[Any, ...]:
     """The ``join()`` calls of a SELECT, each a tuple starting (target, ON clause)
     (``_setup_joins``, all versions); () for other statements."""
@@ -476,6 +496,20 @@ def orm_annotated(element: Any) -> bool:
     versions).
     """
     return "parententity" in element._annotations
+
+
+def parent_entity(element: Any) -> Any:
+    """The mapped entity (mapper or aliased entity) an ORM-annotated table or column
+    names, or None (the ``parententity`` annotation, ``_annotations``, all versions)."""
+    return getattr(element, "_annotations", {}).get("parententity")
+
+
+def refreshes_state(compiled: Any) -> bool:
+    """Whether a compiled ORM statement loads the attributes of objects already loaded (a
+    refresh, an expired attribute), to which the ORM applies no loader criteria (its
+    compile state's ``compile_options._for_refresh_state``, all versions)."""
+    state = getattr(compiled, "compile_state", None)
+    return bool(getattr(getattr(state, "compile_options", None), "_for_refresh_state", False))
 
 
 def deannotated(element: Any) -> Any:

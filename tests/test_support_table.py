@@ -182,16 +182,45 @@ EXAMPLES: dict[str, list[Example]] = {
     ],
     "`with_loader_criteria()`": [
         Example(
-            "refused",
-            lambda w: select(w.Order).options(
+            "exact",
+            lambda w: select(w.Order.id, w.Order.amount).options(
                 with_loader_criteria(w.Order, lambda cls: cls.amount > 3)
             ),
         ),
         Example(
-            "refused",
+            "exact",
             lambda w: select(w.Order.id)
             .where(w.Order.user_id == TWIN_USERS[1])
             .options(with_loader_criteria(w.Order, w.Order.amount > 3)),
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.user_id, func.count())
+            .group_by(w.Order.user_id)
+            .options(with_loader_criteria(w.Order, lambda cls: cls.status.is_not(None))),
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.id)
+            .order_by(w.Order.id.desc())
+            .limit(4)
+            .options(with_loader_criteria(w.Order, w.Order.amount > 3)),
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.id).options(
+                with_loader_criteria(w.Order.__subclasses__()[0], lambda cls: cls.amount > 3)
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.id).where(
+                w.Order.user_id.in_(
+                    select(w.Order.user_id)
+                    .options(with_loader_criteria(w.Order, w.Order.amount > 3))
+                    .scalar_subquery()
+                )
+            ),
         ),
         Example(
             "exact",

@@ -102,6 +102,7 @@ __all__ = [
     "function_kind",
     "models_in_subqueries",
     "models_named",
+    "nested_selects",
     "selected_entities",
     "unsharded_tables",
     "walk",
@@ -162,7 +163,7 @@ def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:
             stack.extend(untraversed_of(item))
 
 
-def _nested_selects(statement: Any) -> Iterator[SelectBase]:
+def nested_selects(statement: Any) -> Iterator[SelectBase]:
     """Every SELECT inside ``statement`` (not ``statement`` itself), outermost first."""
     for item in walk(statement, nested=True):
         if isinstance(item, SelectBase) and item is not statement:
@@ -196,7 +197,7 @@ def models_in_subqueries(statement: Any) -> list[ShardedModel]:
     """The sharded models whose logical tables ``statement``'s subqueries name (an
     INSERT's ON CONFLICT / ON DUPLICATE KEY UPDATE clause included)."""
     found: list[ShardedModel] = []
-    for select in _nested_selects(statement):
+    for select in nested_selects(statement):
         for model in models_named(select):
             if model not in found:
                 found.append(model)
@@ -305,7 +306,7 @@ def check_joined_on_keys(statement: Any) -> None:
     them by an equality of shard keys (in an ON clause or a conjunct of WHERE): it runs
     table by table (shard ``k`` of one model with shard ``k`` of the other), which finds
     only the matching rows that share a table index."""
-    for select in [statement, *_nested_selects(statement)]:
+    for select in [statement, *nested_selects(statement)]:
         _check_keys_joined(select)
 
 
@@ -449,7 +450,7 @@ def _exists_chain(element: Any) -> list[Any]:
     if not isinstance(element, Exists):
         return []
     chain = []
-    for query in _nested_selects(element):
+    for query in nested_selects(element):
         chain.append(query)
         if isinstance(query, Select):
             return chain
@@ -589,7 +590,7 @@ def check_nested(statement: Any, whole: bool) -> None:
     enclosing: set[Any] | None = None
     exact: set[int] = set()
     nullable: set[int] = set()
-    for select in _nested_selects(statement):
+    for select in nested_selects(statement):
         if isinstance(select, SelectStatementGrouping):
             continue  # the parentheses of a SELECT (2.0's exists()): the SELECT is next
         if enclosing is None:
@@ -632,7 +633,7 @@ def _has_model(element: Any) -> bool:
 
 
 def _outer_joins(statement: Any) -> Iterator[Join]:
-    for select in [statement, *_nested_selects(statement)]:
+    for select in [statement, *nested_selects(statement)]:
         for join in _joins(select):
             if join.isouter or join.full:
                 yield join

@@ -1,27 +1,56 @@
-"""Loader criteria (``with_loader_criteria()``) on sharded models: refused, before any SQL.
+"""Loader criteria (``with_loader_criteria()``) on sharded models.
 
 ``with_loader_criteria(Order, Order.deleted.is_(False))`` asks the ORM to add a condition
-wherever ``Order`` is loaded. A sharded statement loads ``Order``'s physical classes
-(``Order_00`` ..), concrete subclasses that SQLAlchemy's loader criteria do not reach, and
-the UNION ALL entity that reads several tables at once is an alias they skip: the
-condition would be silently left out, returning (or changing) rows it excludes. So a
-statement whose loader criteria apply to a sharded model it names (the model itself, or
-a mixin or base class of it) raises
-:class:`~snowshard.sharding.errors.UnsupportedShardQuery`; criteria for other entities
-(an unsharded model joined in) apply as usual.
+wherever ``Order`` is loaded. SQLAlchemy applies such an option to the entity it names
+(and, with ``include_aliases=True``, to its aliases). A sharded statement reads ``Order``'s
+physical classes (``Order_00`` ..: concrete subclasses, which an option naming ``Order``
+does not reach) or a UNION ALL entity (an alias of ``Order``), and an expression over
+``Order``'s columns names the logical table, which no database holds.
+
+So each physical statement gets, for each sharded target it reads, one more option naming
+that target, whose condition is made for it (:func:`conditions_for`): for a physical
+class, a lambda is called with the class, as SQLAlchemy calls it with each entity it
+applies to, and an expression is retargeted to the class's table; for a UNION ALL entity,
+the condition over the logical class's columns, which SQLAlchemy adapts to the union as
+it adapts any condition given for an alias. The user's option stays in the
+statement, so that it still reaches unsharded models and still propagates to relationship
+loads (which are routed in their turn); one that SQLAlchemy would itself apply to the
+targets with the logical table's columns (an expression with ``include_aliases=True``) is
+kept as a copy without aliases (:func:`inert`).
+
+Refused before any SQL, with :class:`~snowshard.sharding.errors.UnsupportedShardQuery`:
+
+* an option naming a physical class (``Order_03``): it would not reach a UNION ALL;
+* an expression (not a lambda) for a base class or mixin of a sharded model: it names one
+  table, not each model's;
+* a condition that reads another sharded model, or reads one in a subquery: those
+  tables would not be routed;
+* an option on a subquery of the statement rather than on the statement.
+
+A ``do_orm_execute`` hook of a sharded session sees the physical statements (the session
+routes first). An option it adds there reaches the tables only where SQLAlchemy applies it
+to subclasses and aliases itself: a lambda with ``include_aliases=True``, the form of
+SQLAlchemy's own recipe. Any other option it adds for a sharded model would be left out
+silently, so :func:`unapplied` finds it, and the last check before SQL is sent
+(:mod:`~snowshard.sharding.logical_guard`) raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy.orm import LoaderCriteriaOption
+from sqlalchemy.orm import LoaderCriteriaOption, with_loader_criteria
+from sqlalchemy.sql.elements import ColumnElement
 
+from snowshard._compat import criteria_condition, options_of
+from snowshard.sharding.analysis import models_in_subqueries, models_named, nested_selects
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.model import ShardedModel, model_of_mapper
 
-__all__ = ["check_loader_criteria"]
+__all__ = [
+    "check_loader_criteria", "conditions_for", "covers", "inert", "target_option", "unapplied",
+]  # fmt: skip
 
 
 def _root_class(option: LoaderCriteriaOption) -> Any:
@@ -31,21 +60,132 @@ def _root_class(option: LoaderCriteriaOption) -> Any:
     return getattr(option.entity, "class_", None)
 
 
-def check_loader_criteria(options: Iterable[Any], models: Iterable[ShardedModel]) -> None:
-    """Raise :class:`UnsupportedShardQuery` if one of ``options`` is a loader criteria
-    option that applies to one of ``models`` (module docstring)."""
+def covers(option: Any, model: ShardedModel) -> bool:
+    """Whether ``option`` is a loader criteria option that applies to ``model``'s rows."""
+    if not isinstance(option, LoaderCriteriaOption):
+        return False
+    root = _root_class(option)
+    return isinstance(root, type) and (issubclass(model.cls, root) or root in model.classes)
+
+
+def _named(option: LoaderCriteriaOption) -> str:
+    root = _root_class(option)
+    return f"with_loader_criteria({getattr(root, '__name__', root)}, ...)"
+
+
+def _check_option(option: LoaderCriteriaOption, model: ShardedModel) -> None:
+    root = _root_class(option)
+    if root in model.classes:
+        raise UnsupportedShardQuery(
+            f"{_named(option)} names a physical class of the sharded model {model.name}, "
+            "which the tables read together as one UNION ALL would not get: name the "
+            f"model instead, with_loader_criteria({model.name}, ...)"
+        )
+    if option.root_entity is not None and not option.deferred_where_criteria:
+        raise UnsupportedShardQuery(
+            f"{_named(option)} gives an expression for a base class of the sharded model "
+            f"{model.name}; an expression names one table, not each model's: give a "
+            "lambda, with_loader_criteria(Base, lambda cls: cls.column == value)"
+        )
+    condition = criteria_condition(option, model.cls)
+    outside = [m.name for m in models_named(condition) if m is not model]
+    nested = models_in_subqueries(condition)
+    if outside or nested:
+        where = f"the sharded model {outside[0]}" if outside else "a sharded model in a subquery"
+        raise UnsupportedShardQuery(
+            f"the condition of {_named(option)} for {model.name} reads {where}, whose "
+            "tables it would not route: keep the condition to the model's own columns"
+        )
+
+
+def check_loader_criteria(
+    options: Iterable[Any], models: Iterable[ShardedModel], statement: Any = None
+) -> None:
+    """Raise :class:`UnsupportedShardQuery` for loader criteria on ``models`` that cannot
+    be applied to their physical tables (module docstring); ``statement``: also for such
+    options on its subqueries."""
+    models = list(models)
     for option in options:
-        if not isinstance(option, LoaderCriteriaOption):
-            continue
-        root = _root_class(option)
         for model in models:
-            if isinstance(root, type) and (
-                issubclass(model.cls, root) or root in model.classes
-            ):
-                raise UnsupportedShardQuery(
-                    f"with_loader_criteria({root.__name__}, ...) applies to the sharded "
-                    f"model {model.name}, whose rows are read as its physical classes "
-                    f"({model.classes[0].__name__} ..), which loader criteria do not "
-                    "reach: the condition would be left out. Put it in the statement's "
-                    f"WHERE clause instead: select({model.name}).where(...)"
-                )
+            if covers(option, model):
+                _check_option(option, model)
+    if statement is None:
+        return
+    for select in nested_selects(statement):
+        for option in options_of(select):
+            for model in models:
+                if covers(option, model):
+                    raise UnsupportedShardQuery(
+                        f"{_named(option)} is given to a subquery, not to the statement; "
+                        f"for the sharded model {model.name} give it to the statement: "
+                        "it applies to its subqueries too"
+                    )
+
+
+def inert(option: Any, models: Iterable[ShardedModel]) -> Any:
+    """``option`` as it stays in a physical statement of ``models``: a copy without
+    aliases when SQLAlchemy would otherwise apply its expression, over a model's logical
+    table, to the targets (which are aliases or subclasses of the logical class)."""
+    if (
+        isinstance(option, LoaderCriteriaOption)
+        and option.include_aliases
+        and not option.deferred_where_criteria
+        and option.entity is not None
+        and any(covers(option, model) for model in models)
+    ):
+        return with_loader_criteria(
+            option.entity.entity,
+            option.where_criteria,
+            propagate_to_loaders=option.propagate_to_loaders,
+        )
+    return option
+
+
+def conditions_for(
+    options: Sequence[Any], model: ShardedModel, entity: Any
+) -> list[ColumnElement[bool]]:
+    """The conditions of those of ``options`` that cover ``model``, made for ``entity``
+    (a class: a lambda is called with it; an expression is given as it is)."""
+    return [criteria_condition(o, entity) for o in options if covers(o, model)]
+
+
+def target_option(entity: Any, condition: ColumnElement[bool]) -> Any:
+    """The option that applies ``condition`` to ``entity`` alone (relationship loads get
+    the user's option instead)."""
+    return with_loader_criteria(entity, condition, propagate_to_loaders=False)
+
+
+def _model_of_entity(entity: Any) -> ShardedModel | None:
+    """The sharded model of an ORM entity (a physical class, or a UNION ALL entity)."""
+    mapper = getattr(entity, "mapper", None)
+    found = model_of_mapper(mapper) if mapper is not None else None
+    return found[0] if found is not None else None
+
+
+def _target_model(option: LoaderCriteriaOption) -> ShardedModel | None:
+    """The model whose physical class or UNION ALL entity ``option`` names (as the
+    options :func:`target_option` makes do), or None."""
+    entity = option.entity
+    found = model_of_mapper(entity.mapper) if entity is not None else None
+    if found is None:
+        return None
+    model, shard = found
+    return model if shard is not None or getattr(entity, "is_aliased_class", False) else None
+
+
+def unapplied(options: Sequence[Any], entities: Iterable[Any]) -> str | None:
+    """A description of a loader criteria option among a physical statement's
+    ``options`` that reaches none of the tables it reads of a sharded model (``entities``:
+    the ORM entities the statement reads), or None. An option reaches them when options
+    were made for the model's targets (:func:`target_option`) or when SQLAlchemy applies
+    it to subclasses and aliases itself (a lambda with ``include_aliases=True``)."""
+    models = {m for m in map(_model_of_entity, entities) if m is not None}
+    criteria = [o for o in options if isinstance(o, LoaderCriteriaOption)]
+    targeted = {_target_model(o) for o in criteria}
+    for option in criteria:
+        if option.deferred_where_criteria and option.include_aliases:
+            continue
+        for model in models:
+            if covers(option, model) and _target_model(option) is None and model not in targeted:
+                return f"{_named(option)} for the sharded model {model.name}"
+    return None

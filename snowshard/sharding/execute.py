@@ -36,6 +36,7 @@ from sqlalchemy.orm import Load, ORMExecuteState, RelationshipProperty
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 
 from snowshard._compat import (
+    ALIASES_TAKE_CRITERIA,
     UPSERT_CLAUSES_RETARGETED,
     deannotated,
     forget_clone_origin,
@@ -71,7 +72,7 @@ from snowshard.sharding.bulk import (
     writing_to,
 )
 from snowshard.sharding.collation import check_string_keys
-from snowshard.sharding.criteria import check_loader_criteria
+from snowshard.sharding.criteria import check_loader_criteria, covers
 from snowshard.sharding.eager import check_eager_joins
 from snowshard.sharding.errors import (
     FanOutForbidden,
@@ -310,7 +311,11 @@ def plan_select(
     # read names each table in a statement of its own: PostgreSQL refuses FOR UPDATE over a
     # UNION, and MariaDB locks no row that a derived table reads
     options = any(isinstance(o, Load) for o in options_of(statement))
-    one_table_each = options or locks_rows(statement)
+    # loader criteria reach a union entity only on SQLAlchemy versions that can adapt them
+    criteria = not ALIASES_TAKE_CRITERIA and any(
+        covers(o, m) for o in options_of(statement) for m in models
+    )
+    one_table_each = options or criteria or locks_rows(statement)
     if route_.shards is None and len(models) == 1 and not one_table_each:
         if len(databases) == 1:
             ((database, indices),) = databases.items()
@@ -456,7 +461,7 @@ def plan_statement(
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)
-    check_loader_criteria(options_of(statement), found)
+    check_loader_criteria(options_of(statement), found, statement)
     where = getattr(statement, "whereclause", None)
     route_ = route(found, where, params)
     dialect = _dialect(session, found[0])

@@ -7,7 +7,8 @@ connection (``session.connection().execute(select(Order.__table__))``). Sent, it
 most databases, but where a table of that name exists (the unsharded table an application
 is moving off, kept until the move is done) it would read or write that table instead,
 silently. :func:`guard` makes such a statement raise :class:`LogicalTableSent` before it
-is sent.
+is sent. It also stops loader criteria that a ``do_orm_execute`` hook added to a routed
+statement in a form that reaches none of its tables (:mod:`~snowshard.sharding.criteria`).
 
 :func:`guard` listens on an engine's ``before_cursor_execute`` and checks the compiled
 statements (SQL text is sent as written) of connections a sharded session began (those
@@ -27,16 +28,18 @@ from typing import Any
 
 from sqlalchemy import Table, event
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql.compiler import Compiled
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard._compat import untraversed_of
+from snowshard._compat import options_of, parent_entity, refreshes_state, untraversed_of
+from snowshard.sharding.criteria import unapplied
 from snowshard.sharding.driver_errors import DATABASE_OPTION
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import MODEL_INFO
 
-__all__ = ["LogicalTableSent", "guard", "logical_tables_of"]
+__all__ = ["LogicalTableSent", "guard", "logical_tables_of", "unapplied_criteria"]
 
 
 class LogicalTableSent(UnsupportedShardQuery):
@@ -66,9 +69,23 @@ def logical_tables_of(compiled: Compiled) -> tuple[str, ...]:
     return tuple(sorted(named))
 
 
-_verdicts: weakref.WeakKeyDictionary[Compiled, tuple[str, ...]] = weakref.WeakKeyDictionary()
-"""Compiled statement -> the logical tables it names (weak: kept while SQLAlchemy keeps the
-compiled statement, in its cache or in use)."""
+def unapplied_criteria(compiled: Compiled) -> str | None:
+    """A loader criteria option of a compiled ORM statement that reaches none of the
+    tables it reads of a sharded model (added by a ``do_orm_execute`` hook after the
+    session routed the statement: :func:`~snowshard.sharding.criteria.unapplied`), or None."""
+    statement = compiled.statement  # as given to the compiler: the ORM statement
+    options = options_of(statement) if statement is not None else ()
+    if not any(isinstance(o, LoaderCriteriaOption) for o in options) or refreshes_state(compiled):
+        return None  # (the ORM applies no criteria to a refresh, whatever its options)
+    entities = {parent_entity(e) for e in iterate(statement)}
+    return unapplied(options, entities)
+
+
+_verdicts: weakref.WeakKeyDictionary[Compiled, tuple[tuple[str, ...], str | None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Compiled statement -> the logical tables it names and the loader criteria it leaves
+out (weak: kept while SQLAlchemy keeps the compiled statement, in its cache or in use)."""
 
 _guarded: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -82,9 +99,18 @@ def _check(
     database = context.execution_options.get(DATABASE_OPTION)
     if database is None:
         return  # not a sharded session's connection
-    tables = _verdicts.get(compiled)
-    if tables is None:
-        tables = _verdicts[compiled] = logical_tables_of(compiled)
+    verdict = _verdicts.get(compiled)
+    if verdict is None:
+        verdict = _verdicts[compiled] = (logical_tables_of(compiled), unapplied_criteria(compiled))
+    tables, criteria = verdict
+    if criteria is not None:
+        raise UnsupportedShardQuery(
+            f"{criteria} was added to a statement the session had already routed to the "
+            f"physical tables (by a do_orm_execute hook, which sees those) for database "
+            f"{database!r}, and would not reach them: stopped before it was sent. Give it "
+            "as a lambda with include_aliases=True (SQLAlchemy applies those to the "
+            "physical classes), or add it to the statement before it is executed"
+        )
     if tables:
         names = ", ".join(tables)
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "SQL"

@@ -57,7 +57,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
-from sqlalchemy.orm import Bundle
+from sqlalchemy.orm import Bundle, LoaderCriteriaOption
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -82,6 +82,7 @@ from snowshard._compat import (
     group_by_of,
     having_of,
     limit_offset_of,
+    options_of,
     order_by_of,
     without_having,
 )
@@ -365,6 +366,11 @@ class MergePlan:
                 ],
                 maintain_column_froms=True,
             )
+            # with_only_columns() sets the statement's options aside with its old columns,
+            # where loader criteria no longer reach the FROM list: give them back
+            criteria = [o for o in options_of(statement) if isinstance(o, LoaderCriteriaOption)]
+            if criteria:
+                source = source.options(*criteria)
         else:
             helpers = []
             for named, descending, nulls_first in order:

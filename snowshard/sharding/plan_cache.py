@@ -46,10 +46,12 @@ from snowshard._compat import (
     SlotParameter,
     cache_key_of,
     forget_clone_origin,
+    options_of,
     plugin_subject_of,
     slot_parameter,
 )
 from snowshard.sharding.analysis import unsharded_tables
+from snowshard.sharding.criteria import covers
 from snowshard.sharding.hints import Hint, apply_hint
 from snowshard.sharding.model import ShardedModel
 from snowshard.sharding.routing import Route, route, route_recipe
@@ -342,6 +344,10 @@ def cached_plan(
     routing outcome; refusals are never cached, so they are raised every time.
     """
     if not isinstance(statement, Select) or not isinstance(params, Mapping):
+        return build(), _NONE
+    if any(covers(o, m) for o in options_of(statement) for m in models):
+        # loader criteria on a model: its plan holds conditions made from the option
+        # (a lambda's closure values included), so it is made anew for each statement
         return build(), _NONE
     key, shape = lookup
     databases = getattr(session, "databases", None) or {}

@@ -9,7 +9,7 @@ narrowed to the values of one shard. Nothing is done to SQL text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, Union
 
 from sqlalchemy import Table, inspect
@@ -21,15 +21,17 @@ from sqlalchemy.sql.visitors import replacement_traverse
 from snowshard._compat import (
     bundle_of,
     deannotated,
+    options_of,
     orm_annotated,
     plugin_subject_of,
     set_plugin_subject,
 )
+from snowshard.sharding.criteria import conditions_for, inert, target_option
 from snowshard.sharding.mapping import union_entity
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.routing import KeyTerm
 
-__all__ = ["Target", "narrow", "retarget"]
+__all__ = ["Target", "criteria_options", "narrow", "retarget"]
 
 _S = TypeVar("_S", bound=Union[Executable, ClauseElement])
 """A statement, or an expression (a value the flush writes)."""
@@ -81,9 +83,9 @@ def retarget(
         if swap is not None:
             return swap
         if isinstance(element, LoaderCriteriaOption):
-            # of an entity that is not sharded (criteria on a sharded model are refused
-            # before: criteria); SQLAlchemy cannot copy one, and need not
-            return element
+            # kept for unsharded models and relationship loads; the targets get their
+            # own options below (criteria). SQLAlchemy cannot copy one, and need not
+            return inert(element, targets)
         bundle = bundle_of(element)
         if bundle is not None:
             # the ORM reads a bundle's columns from the Bundle object, not from this
@@ -115,4 +117,26 @@ def retarget(
             # which the copy would otherwise keep pointing at the logical mapper
             set_plugin_subject(copy, target.inspected)
             break
+    extra = criteria_options(options_of(statement), targets)
+    if extra:
+        copy = copy.options(*extra)
     return copy  # type: ignore[no-any-return]
+
+
+def criteria_options(
+    options: Sequence[Any], targets: Mapping[ShardedModel, Target]
+) -> list[Any]:
+    """One loader criteria option per target of a model that one of ``options`` covers,
+    its condition made for the target (:mod:`~snowshard.sharding.criteria`)."""
+    if not options:
+        return []
+    found: list[Any] = []
+    for model, target in targets.items():
+        if len(target.shards) == 1:
+            conditions = [
+                retarget(c, targets) for c in conditions_for(options, model, target.entity)
+            ]
+        else:  # a UNION ALL entity: SQLAlchemy adapts the logical columns to it
+            conditions = conditions_for(options, model, model.cls)
+        found.extend(target_option(target.entity, c) for c in conditions)
+    return found

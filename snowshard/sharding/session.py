@@ -51,7 +51,7 @@ from snowshard.sharding import driver_errors
 from snowshard.sharding.bulk import BIND_KEY, bulk_database
 from snowshard.sharding.collation import check_string_keys
 from snowshard.sharding.commit_errors import TwoPhaseConfigError
-from snowshard.sharding.criteria import check_loader_criteria
+from snowshard.sharding.criteria import check_loader_criteria, inert
 from snowshard.sharding.declare import logical_model
 from snowshard.sharding.errors import UnknownDatabase, UnsupportedShardQuery
 from snowshard.sharding.execute import DIRECT_MAPPER, route_execute, route_first
@@ -60,6 +60,7 @@ from snowshard.sharding.listeners import check_listeners
 from snowshard.sharding.logical_guard import guard
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
+from snowshard.sharding.rewrite import Target, criteria_options
 from snowshard.sharding.replicas import (
     PREFER_KEY,
     ReplicaRouter,
@@ -329,7 +330,10 @@ class ShardedSession(RoutingSession):
             return super().get(entity, ident, **kw)
         model, shard = found
         check_listeners((model,))
-        check_loader_criteria(kw.get("options") or (), (model,))
+        given = kw.pop("options", None) or ()
+        check_loader_criteria(given, (model,))
+        targets = {model: Target(model, (shard,))}
+        kw["options"] = [inert(o, targets) for o in given] + criteria_options(given, targets)
         options = {**(kw.pop("execution_options", None) or {}), DIRECT_MAPPER: model.mappers[shard]}
         arguments = kw.pop("bind_arguments", None)
         if self.databases:  # the ID named the table, so its database is known: say so
