@@ -21,7 +21,7 @@ the examples per configuration. The examples are the same on every run (derandom
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +30,7 @@ from hypothesis import given, reject
 from hypothesis import strategies as st
 from sqlalchemy import Integer, and_, case, cast, exists, func, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import with_loader_criteria
 
 from snowshard.orm import id_between, id_since
 from snowshard.sharding import UnsupportedShardQuery
@@ -83,6 +84,8 @@ class Case:
     """The :data:`KNOWN_BUGS` this statement runs into."""
     postgres_only: bool = False
     """Whether the statement is PostgreSQL's own SQL (DISTINCT ON)."""
+    criteria: str = ""
+    """The :data:`CRITERIA` the statement carries, if any."""
 
 
 def _where(draw: Any, m: Any) -> list[Callable[[Any], Any]]:
@@ -504,10 +507,28 @@ SHAPES = [
 ]  # fmt: skip
 
 
+CRITERIA: dict[str, Callable[[Models], Any]] = {
+    "Order: amount > 5": lambda w: with_loader_criteria(w.Order, w.Order.amount > 5),
+    "Order: status not NULL": lambda w: with_loader_criteria(
+        w.Order, lambda cls: cls.status.is_not(None)
+    ),
+    "Order and aliases: user_id != 7": lambda w: with_loader_criteria(
+        w.Order, lambda cls: cls.user_id != 7, include_aliases=True
+    ),
+    "Item: qty > 1": lambda w: with_loader_criteria(w.Item, lambda cls: cls.qty > 1),
+}
+"""Loader criteria a statement may carry (on both sides); user 7 is one of TWIN_USERS."""
+
+
 @st.composite
 def statements(draw: Any) -> Case:
     shape = draw(st.sampled_from(SHAPES))
-    return shape(draw)  # type: ignore[no-any-return]
+    case_: Case = shape(draw)
+    criteria = draw(st.sampled_from([None, None, *CRITERIA]))
+    if criteria is None:
+        return case_
+    build, option = case_.build, CRITERIA[criteria]
+    return replace(case_, build=lambda w: build(w).options(option(w)), criteria=criteria)
 
 
 # --------------------------------------------------------------------------- comparing
@@ -526,6 +547,8 @@ def compare(setup: Setup, case_: Case) -> None:
     # DISTINCT ON is rendered for no particular database)
     dialect = postgresql.dialect() if case_.postgres_only else None
     shown = f"{setup.name}: {sharded_statement.compile(dialect=dialect)}"
+    if case_.criteria:
+        shown += f"\nwith loader criteria {case_.criteria}"
     with setup.session() as session:
         twin = rows_of(session.execute(twin_statement))
         log.clear()
