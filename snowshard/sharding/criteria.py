@@ -8,11 +8,11 @@ does not reach) or a UNION ALL entity (an alias of ``Order``), and an expression
 ``Order``'s columns names the logical table, which no database holds.
 
 So each physical statement gets, for each sharded target it reads, one more option naming
-that target, whose condition is made for it (:func:`conditions_for`): for a physical
-class, a lambda is called with the class, as SQLAlchemy calls it with each entity it
-applies to, and an expression is retargeted to the class's table; for a UNION ALL entity,
-the condition over the logical class's columns, which SQLAlchemy adapts to the union as
-it adapts any condition given for an alias. The user's option stays in the
+that target, whose condition is made for it (:func:`conditions_for`): a lambda is called
+with the target (a physical class, or the UNION ALL entity), as SQLAlchemy calls it with
+each entity it applies to, and an expression is retargeted to the target's columns. (A
+condition over the logical columns, left to SQLAlchemy to adapt to the union, would keep
+the logical table in the statement the session checks before sending it.) The user's option stays in the
 statement, so that it still reaches unsharded models and still propagates to relationship
 loads (which are routed in their turn); one that SQLAlchemy would itself apply to the
 targets with the logical table's columns (an expression with ``include_aliases=True``) is

@@ -132,11 +132,6 @@ def criteria_options(
         return []
     found: list[Any] = []
     for model, target in targets.items():
-        if len(target.shards) == 1:
-            conditions = [
-                retarget(c, targets) for c in conditions_for(options, model, target.entity)
-            ]
-        else:  # a UNION ALL entity: SQLAlchemy adapts the logical columns to it
-            conditions = conditions_for(options, model, model.cls)
-        found.extend(target_option(target.entity, c) for c in conditions)
+        for condition in conditions_for(options, model, target.entity):
+            found.append(target_option(target.entity, retarget(condition, targets)))
     return found
