@@ -144,8 +144,9 @@ def inert(option: Any, models: Iterable[ShardedModel]) -> Any:
 def conditions_for(
     options: Sequence[Any], model: ShardedModel, entity: Any
 ) -> list[ColumnElement[bool]]:
-    """The conditions of those of ``options`` that cover ``model``, made for ``entity``
-    (a class: a lambda is called with it; an expression is given as it is)."""
+    """The conditions of those of ``options`` that cover ``model``, made for ``entity`` (a
+    physical class or a UNION ALL entity): a lambda is called with it; an expression is
+    given as it is, naming the logical columns (the caller retargets it)."""
     return [criteria_condition(o, entity) for o in options if covers(o, model)]
 
 
