@@ -103,14 +103,6 @@ def _check(
     if verdict is None:
         verdict = _verdicts[compiled] = (logical_tables_of(compiled), unapplied_criteria(compiled))
     tables, criteria = verdict
-    if criteria is not None:
-        raise UnsupportedShardQuery(
-            f"{criteria} was added to a statement the session had already routed to the "
-            f"physical tables (by a do_orm_execute hook, which sees those) for database "
-            f"{database!r}, and would not reach them: stopped before it was sent. Give it "
-            "as a lambda with include_aliases=True (SQLAlchemy applies those to the "
-            "physical classes), or add it to the statement before it is executed"
-        )
     if tables:
         names = ", ".join(tables)
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "SQL"
@@ -125,6 +117,14 @@ def _check(
             "this way is one snowshard does not route: please report it",
             tables=tables,
             database=str(database),
+        )
+    if criteria is not None:
+        raise UnsupportedShardQuery(
+            f"{criteria} was added to a statement the session had already routed to the "
+            f"physical tables (by a do_orm_execute hook, which sees those) for database "
+            f"{database!r}, and would not reach them: stopped before it was sent. Give it "
+            "as a lambda with include_aliases=True (SQLAlchemy applies those to the "
+            "physical classes), or add it to the statement before it is executed"
         )
 
 
