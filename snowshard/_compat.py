@@ -292,7 +292,12 @@ def upsert_clauses_of(statement: Any) -> list[Any]:
     return [value for value in found if value is not None]
 
 
-UPSERT_CLAUSES_RETARGETED = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+def _version() -> tuple[int, ...]:
+    """SQLAlchemy's version as numbers (2.0.5.post1: (2, 0, 5))."""
+    return tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3] if p.isdigit())
+
+
+UPSERT_CLAUSES_RETARGETED = _version() >= (2, 1)
 """Whether cloning an INSERT copies its upsert clause (:func:`upsert_clauses_of`), so the
 model's columns named there can be retargeted to a physical table (SQLAlchemy 2.1 on)."""
 
@@ -315,11 +320,6 @@ def criteria_condition(option: Any, entity: Any) -> Any:
     if option.deferred_where_criteria:
         return option._where_crit_orig(entity)
     return option.where_criteria
-
-
-def _version() -> tuple[int, ...]:
-    """SQLAlchemy's version as numbers (2.0.5.post1: (2, 0, 5))."""
-    return tuple(int(p) for p in sqlalchemy.__version__.split(".")[:3] if p.isdigit())
 
 
 ALIASES_TAKE_CRITERIA = _version() >= (2, 0, 4)
@@ -747,7 +747,7 @@ def orm_cursor_result(
     return found
 
 
-_READS_HOOK_PARAMETERS = tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+_READS_HOOK_PARAMETERS = _version() >= (2, 1)
 
 
 def hand_back_parameters(state: Any, parameters: Any) -> bool:

@@ -12,11 +12,11 @@ that target, whose condition is made for it (:func:`conditions_for`): a lambda i
 with the target (a physical class, or the UNION ALL entity), as SQLAlchemy calls it with
 each entity it applies to, and an expression is retargeted to the target's columns. (A
 condition over the logical columns, left to SQLAlchemy to adapt to the union, would keep
-the logical table in the statement the session checks before sending it.) The user's option stays in the
-statement, so that it still reaches unsharded models and still propagates to relationship
-loads (which are routed in their turn); one that SQLAlchemy would itself apply to the
-targets with the logical table's columns (an expression with ``include_aliases=True``) is
-kept as a copy without aliases (:func:`inert`).
+the logical table in the statement the session checks before sending it.) The user's
+option stays in the statement, so that it still reaches unsharded models and still
+propagates to relationship loads (which are routed in their turn); one that SQLAlchemy
+would itself apply to the targets with the logical table's columns (an expression with
+``include_aliases=True``) is kept as a copy without aliases (:func:`inert`).
 
 Refused before any SQL, with :class:`~snowshard.sharding.errors.UnsupportedShardQuery`:
 
@@ -156,22 +156,22 @@ def target_option(entity: Any, condition: ColumnElement[bool]) -> Any:
     return with_loader_criteria(entity, condition, propagate_to_loaders=False)
 
 
-def _model_of_entity(entity: Any) -> ShardedModel | None:
-    """The sharded model of an ORM entity (a physical class, or a UNION ALL entity)."""
+def _entry(entity: Any) -> tuple[ShardedModel, int | None] | None:
+    """``(model, shard)`` of an ORM entity of a sharded model (shard None for the logical
+    class and a UNION ALL entity, whose mapper is the logical one), else None."""
     mapper = getattr(entity, "mapper", None)
-    found = model_of_mapper(mapper) if mapper is not None else None
-    return found[0] if found is not None else None
+    return model_of_mapper(mapper) if mapper is not None else None
 
 
 def _target_model(option: LoaderCriteriaOption) -> ShardedModel | None:
     """The model whose physical class or UNION ALL entity ``option`` names (as the
     options :func:`target_option` makes do), or None."""
-    entity = option.entity
-    found = model_of_mapper(entity.mapper) if entity is not None else None
+    found = _entry(option.entity)
     if found is None:
         return None
     model, shard = found
-    return model if shard is not None or getattr(entity, "is_aliased_class", False) else None
+    aliased = getattr(option.entity, "is_aliased_class", False)
+    return model if shard is not None or aliased else None
 
 
 def unapplied(options: Sequence[Any], entities: Iterable[Any]) -> str | None:
@@ -180,13 +180,13 @@ def unapplied(options: Sequence[Any], entities: Iterable[Any]) -> str | None:
     the ORM entities the statement reads), or None. An option reaches them when options
     were made for the model's targets (:func:`target_option`) or when SQLAlchemy applies
     it to subclasses and aliases itself (a lambda with ``include_aliases=True``)."""
-    models = {m for m in map(_model_of_entity, entities) if m is not None}
-    criteria = [o for o in options if isinstance(o, LoaderCriteriaOption)]
-    targeted = {_target_model(o) for o in criteria}
-    for option in criteria:
-        if option.deferred_where_criteria and option.include_aliases:
-            continue
+    models = {found[0] for found in map(_entry, entities) if found is not None}
+    criteria = [(o, _target_model(o)) for o in options if isinstance(o, LoaderCriteriaOption)]
+    targeted = {target for _, target in criteria}
+    for option, target in criteria:
+        if target is not None or (option.deferred_where_criteria and option.include_aliases):
+            continue  # made for a target, or applied to the targets by SQLAlchemy itself
         for model in models:
-            if covers(option, model) and _target_model(option) is None and model not in targeted:
+            if covers(option, model) and model not in targeted:
                 return f"{_named(option)} for the sharded model {model.name}"
     return None

@@ -310,11 +310,10 @@ def plan_select(
     # (one statement per shard) are its subclasses, so the options apply to them. A locking
     # read names each table in a statement of its own: PostgreSQL refuses FOR UPDATE over a
     # UNION, and MariaDB locks no row that a derived table reads
-    options = any(isinstance(o, Load) for o in options_of(statement))
+    given = options_of(statement)
+    options = any(isinstance(o, Load) for o in given)
     # loader criteria reach a union entity only on SQLAlchemy versions that can adapt them
-    criteria = not ALIASES_TAKE_CRITERIA and any(
-        covers(o, m) for o in options_of(statement) for m in models
-    )
+    criteria = not ALIASES_TAKE_CRITERIA and any(covers(o, m) for o in given for m in models)
     one_table_each = options or criteria or locks_rows(statement)
     if route_.shards is None and len(models) == 1 and not one_table_each:
         if len(databases) == 1:
