@@ -113,6 +113,14 @@ _LISTED = [
 both sides."""
 
 
+def _legacy_count(model: Any, condition: Any) -> Any:
+    """The statement ``Query.count()`` runs for a query with loader criteria: the option on
+    the subquery it counts and on the count itself."""
+    option = with_loader_criteria(model, condition)
+    inner = select(model).options(option).subquery()
+    return select(func.count()).select_from(inner).options(option)
+
+
 EXAMPLES: dict[str, list[Example]] = {
     "filters on any column, IN lists, per-row functions (a known list)": [
         Example("exact", lambda w: select(w.Order.id).where(w.Order.amount > 5)),
@@ -222,6 +230,7 @@ EXAMPLES: dict[str, list[Example]] = {
                 )
             ),
         ),
+        Example("merged", lambda w: _legacy_count(w.Order, lambda cls: cls.amount > 3)),
         Example(
             "exact",
             lambda w: select(w.Order.id, w.Status.grp)

@@ -25,7 +25,9 @@ Refused before any SQL, with :class:`~snowshard.sharding.errors.UnsupportedShard
   table, not each model's;
 * a condition that reads another sharded model, or reads one in a subquery: those
   tables would not be routed;
-* an option on a subquery of the statement rather than on the statement.
+* an option on a subquery of the statement only (SQLAlchemy applies a subquery's own
+  options to nothing; one the statement has too, as the legacy ``Query.count()`` gives
+  it, applies from the statement).
 
 A ``do_orm_execute`` hook of a sharded session sees the physical statements (the session
 routes first). An option it adds there reaches the tables only where SQLAlchemy applies it
@@ -102,17 +104,20 @@ def check_loader_criteria(
     options: Iterable[Any], models: Iterable[ShardedModel], statement: Any = None
 ) -> None:
     """Raise :class:`UnsupportedShardQuery` for loader criteria on ``models`` that cannot
-    be applied to their physical tables (module docstring); ``statement``: also for such
-    options on its subqueries."""
-    models = list(models)
+    be applied to their physical tables (module docstring); ``statement``: also for
+    options given to its subqueries only."""
+    options, models = list(options), list(models)
     for option in options:
         for model in models:
             if covers(option, model):
                 _check_option(option, model)
     if statement is None:
         return
+    own = {id(option) for option in options}
     for select in nested_selects(statement):
         for option in options_of(select):
+            if id(option) in own:
+                continue  # the statement's own too (the legacy Query.count()): applied there
             for model in models:
                 if covers(option, model):
                     raise UnsupportedShardQuery(
