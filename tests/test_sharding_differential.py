@@ -86,6 +86,8 @@ class Case:
     """Whether the statement is PostgreSQL's own SQL (DISTINCT ON)."""
     criteria: str = ""
     """The :data:`CRITERIA` the statement carries, if any."""
+    first: bool = False
+    """Whether the sharded side runs with ``subqueries_first=True``."""
 
 
 def _where(draw: Any, m: Any) -> list[Callable[[Any], Any]]:
@@ -525,10 +527,10 @@ def statements(draw: Any) -> Case:
     shape = draw(st.sampled_from(SHAPES))
     case_: Case = shape(draw)
     criteria = draw(st.sampled_from([None, None, *CRITERIA]))
-    if criteria is None:
-        return case_
-    build, option = case_.build, CRITERIA[criteria]
-    return replace(case_, build=lambda w: build(w).options(option(w)), criteria=criteria)
+    if criteria is not None:
+        build, option = case_.build, CRITERIA[criteria]
+        case_ = replace(case_, build=lambda w: build(w).options(option(w)), criteria=criteria)
+    return replace(case_, first=draw(st.booleans()))
 
 
 # --------------------------------------------------------------------------- comparing
@@ -541,6 +543,8 @@ def compare(setup: Setup, case_: Case) -> None:
     if case_.postgres_only and not setup.name.startswith("postgresql"):
         reject()
     sharded_statement = case_.build(setup.shop.sharded)
+    if case_.first:
+        sharded_statement = sharded_statement.execution_options(subqueries_first=True)
     twin_statement = case_.build(setup.shop.twin)
     log = setup.world.log
     # PostgreSQL's own SQL is shown as PostgreSQL renders it (SQLAlchemy 2.0 warns when
@@ -549,6 +553,8 @@ def compare(setup: Setup, case_: Case) -> None:
     shown = f"{setup.name}: {sharded_statement.compile(dialect=dialect)}"
     if case_.criteria:
         shown += f"\nwith loader criteria {case_.criteria}"
+    if case_.first:
+        shown += "\nwith subqueries_first=True"
     with setup.session() as session:
         twin = rows_of(session.execute(twin_statement))
         log.clear()

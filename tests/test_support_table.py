@@ -528,6 +528,27 @@ EXAMPLES: dict[str, list[Example]] = {
             whole=True,
         ),
     ],
+    "uncorrelated subquery (IN, NOT IN, EXISTS, scalar) that its statement cannot read where "
+    "it runs, with `execution_options(subqueries_first=True)`": [
+        Example(
+            "exact",
+            lambda w: select(w.Note.id)
+            .where(w.Note.id.in_(select(w.Order.user_id).where(w.Order.amount > 2)))
+            .execution_options(subqueries_first=True),
+        ),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id)
+            .where(w.Order.amount > select(func.avg(w.Order.amount)).scalar_subquery())
+            .execution_options(subqueries_first=True),
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Note.id)
+            .where(exists().where(w.Order.user_id == w.Note.id, w.Order.amount > 2))
+            .execution_options(subqueries_first=True),
+        ),
+    ],
     "join of models sharded alike (same strategy and count) with an explicit ON": [
         Example(
             "exact",

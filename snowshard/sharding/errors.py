@@ -25,6 +25,7 @@ __all__ = [
     "ShardKeyConflict",
     "ShardKeyTypeError",
     "ShardingError",
+    "SubqueryResultError",
     "UnknownDatabase",
     "UnknownShard",
     "UnpropagatedListener",
@@ -74,6 +75,11 @@ class InvalidPage(ShardingError, ValueError):
 
 class UnsupportedShardQuery(ShardingError):
     """A statement whose result cannot be computed shard by shard (the message says why)."""
+
+
+class SubqueryResultError(ShardingError, ValueError):
+    """A scalar subquery run before its statement (``subqueries_first=True``) returned
+    more than one row, which a database refuses too."""
 
 
 class UnpropagatedListener(ShardingError, ShardConfigError):

@@ -93,6 +93,12 @@ from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_table
 from snowshard.sharding.modifiers import check_dml_modifiers
 from snowshard.sharding.plan_cache import cached_plan, is_column_load, shape_models
+from snowshard.sharding.pulled import (
+    SUBQUERIES_FIRST_OPTION,
+    pulled_subqueries,
+    substitute,
+    value_of,
+)
 from snowshard.sharding.reference import (
     copies,
     is_reference,
@@ -251,7 +257,9 @@ def _check_unsharded(
                 "here; joining or filtering a sharded model by an unsharded table is not "
                 "supported across databases: declare it a reference table (a model "
                 "deriving from snowshard.sharding.Reference is copied into every database), "
-                "or query them separately and combine the results"
+                "or query them separately and combine the results (a subquery of it in "
+                "IN, EXISTS or a scalar: execution_options(subqueries_first=True) runs it "
+                "first)"
             )
 
 
@@ -580,11 +588,16 @@ def route_first(
     if shape is None or shape.column_load is not False:
         return None  # first of its shape, or a refresh: the hook decides and remembers
     given = params or {}
-    plan, values = cached_plan(
-        session, statement, given, None, models,
-        lambda: plan_statement(session, statement, given, None, models),
-        lookup,
-    )  # fmt: skip
+    try:
+        plan, values = cached_plan(
+            session, statement, given, None, models,
+            lambda: plan_statement(session, statement, given, None, models),
+            lookup,
+        )  # fmt: skip
+    except UnsupportedShardQuery:
+        if options.get(SUBQUERIES_FIRST_OPTION):
+            return None  # the hook runs its subqueries first
+        raise
     if plan.merge is not None or len(plan.steps) != 1:
         return None
     for watcher in _watchers.get():
@@ -630,6 +643,51 @@ def check_rows_written(session: Any, statement: Any, models: Sequence[ShardedMod
     _check_unsharded(session, statement, models, {d for d, i in model.spec.databases.items() if i})
 
 
+def check_runnable(session: Any, statement: Any, params: Mapping[str, Any]) -> None:
+    """Raise what running ``statement`` with its subqueries run first would refuse
+    (:mod:`~snowshard.sharding.pulled`), before any of it runs."""
+    models = find_models(statement)
+    if not models:
+        return  # unsharded: runs in its database as it is
+    try:
+        plan_statement(session, statement, params, None, models)
+    except UnsupportedShardQuery:
+        pulled = pulled_subqueries(statement)
+        if not pulled:
+            raise
+        check_runnable(session, substitute(statement, pulled), params)
+        for one in pulled:
+            check_runnable(session, one.run_form(), params)
+
+
+def _subqueries_first(
+    state: ORMExecuteState, params: Mapping[str, Any], refused: UnsupportedShardQuery
+) -> Result[Any]:
+    """Run ``state``'s statement, ``refused`` as it is, with its subqueries run first as
+    queries of their own and their results in their place (``subqueries_first=True``);
+    re-raise ``refused`` if it has none that can. Everything it would refuse is raised
+    before any of it runs."""
+    statement = state.statement
+    pulled = pulled_subqueries(statement)
+    if not pulled:
+        raise refused
+    session: Any = state.session
+    check_runnable(session, substitute(statement, pulled), params)
+    for one in pulled:
+        check_runnable(session, one.run_form(), params)
+    values = {}
+    for one in pulled:
+        rows = session.execute(
+            one.run_form(), dict(params), execution_options={SUBQUERIES_FIRST_OPTION: True}
+        ).all()
+        values[id(one.element)] = value_of(one, rows)
+    final = substitute(statement, pulled, values)
+    found: Result[Any] = session.execute(
+        final, dict(params), execution_options=state.local_execution_options
+    )
+    return found
+
+
 def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     """``do_orm_execute`` hook: run statements naming logical models on their shards."""
     options = state.execution_options  # a new merged dict each time it is read
@@ -655,11 +713,18 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
         return run_bulk(state, models[0], allowed)
     params = {} if many else (parameters or {})
     plan: Plan
-    plan, values = cached_plan(
-        session, statement, params, hint, models,
-        lambda: plan_statement(session, statement, params, hint, models),  # type: ignore[arg-type]
-        lookup,
-    )  # fmt: skip
+    try:
+        plan, values = cached_plan(
+            session, statement, params, hint, models,
+            lambda: plan_statement(
+                session, statement, params, hint, models  # type: ignore[arg-type]
+            ),
+            lookup,
+        )  # fmt: skip
+    except UnsupportedShardQuery as refused:
+        if many or hint is not None or not options.get(SUBQUERIES_FIRST_OPTION):
+            raise
+        return _subqueries_first(state, params, refused)  # type: ignore[arg-type]
     for watcher in _watchers.get():
         watcher(session, plan)
     if plan.merge is not None and not later_orm_hooks(state):

@@ -14,21 +14,24 @@ refuses is explained with the refusal (``refused``) instead of raising.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from sqlalchemy import Executable, Insert
 from sqlalchemy.orm import Session
-from sqlalchemy.exc import CompileError, InvalidRequestError
+from sqlalchemy.exc import CompileError, InvalidRequestError, SAWarning
 
 from snowshard.sharding.bulk import given_rows
-from snowshard.sharding.errors import ShardingError
+from snowshard._compat import session_execution_options
+from snowshard.sharding.errors import ShardingError, UnsupportedShardQuery
 from snowshard.sharding.evaluate import BY_VALUE
 from snowshard.sharding.execute import Plan, Step, check_rows_written, plan_statement
 from snowshard.sharding.hints import Hint, hint_of
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel
+from snowshard.sharding.pulled import SUBQUERIES_FIRST_OPTION, pulled_subqueries, substitute
 from snowshard.sharding.reference import copies, reference_target
 from snowshard.sharding.routing import find_models
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
@@ -62,6 +65,9 @@ class Explanation:
     """Estimated fan-out: physical tables read or written per model."""
     databases: int = 0
     """Estimated fan-out: databases the statement runs in."""
+    first: tuple[Explanation, ...] = ()
+    """Subqueries run first as queries of their own (``subqueries_first=True``); the
+    statements above then take their results in their place."""
 
     def by_database(self) -> dict[str, list[PhysicalStatement]]:
         """The physical statements grouped by database, in plan order."""
@@ -85,6 +91,7 @@ class Explanation:
                 {"database": s.database, "tables": list(s.tables), "sql": s.sql}
                 for s in self.statements
             ],
+            "first": [f.as_dict() for f in self.first],
         }
 
     def __str__(self) -> str:
@@ -94,6 +101,9 @@ class Explanation:
         if self.refused is not None:
             lines.append(f"REFUSED: {self.refused}")
             return "\n".join(lines)
+        for number, first in enumerate(self.first, 1):
+            lines.append(f"first, subquery {number} as a query of its own:")
+            lines.extend(f"  {line}" for line in str(first).splitlines())
         lines.append(f"runs as: {self.how}")
         lines.append(f"fan-out: {self.tables} table(s), {self.databases} database(s)")
         for title, items in (("pushed down", self.pushed_down), ("merged", self.merged)):
@@ -119,8 +129,11 @@ def _sql(session: Any, database: str, statement: Any) -> str:
     """The SQL of ``statement`` in ``database``'s dialect, values inline where possible."""
     dialect = session.engine_for(database).dialect
     try:
-        return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-    except (CompileError, InvalidRequestError, NotImplementedError):
+        with warnings.catch_warnings():
+            # a parameter with no value yet (a subquery's result) would render as NULL
+            warnings.simplefilter("error", SAWarning)
+            return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    except (CompileError, InvalidRequestError, NotImplementedError, SAWarning):
         pass  # a value without a literal form: show the placeholders
     try:
         return str(statement.compile(dialect=dialect))
@@ -292,6 +305,7 @@ def explain(
         )
     kind = _kind(statement)
     models = find_models(statement)
+    hint = None
     try:
         hint = hint_of(session, statement.get_execution_options())
         if not models:
@@ -301,5 +315,29 @@ def explain(
             return _insert(statement, params or {}, models[0], hint)
         plan = plan_statement(session, statement, params or {}, hint, models)
     except ShardingError as exc:
-        return Explanation(kind, tuple(m.name for m in models), "refused", refused=str(exc))
+        refused = Explanation(kind, tuple(m.name for m in models), "refused", refused=str(exc))
+        if isinstance(exc, UnsupportedShardQuery) and hint is None:
+            return _subqueries_first(session, statement, params, refused)
+        return refused
     return _from_plan(session, kind, plan, hint)
+
+
+def _subqueries_first(
+    session: Any, statement: Any, params: Optional[Mapping[str, Any]], refused: Explanation
+) -> Explanation:
+    """The explanation of a refused statement that runs with its subqueries first
+    (``subqueries_first=True``, :mod:`~snowshard.sharding.pulled`), else ``refused``.
+    The statement is shown with a placeholder for each subquery's result."""
+    options = {**session_execution_options(session), **statement.get_execution_options()}
+    pulled = pulled_subqueries(statement) if options.get(SUBQUERIES_FIRST_OPTION) else []
+    if not pulled:
+        return refused
+    first = tuple(
+        explain(session, p.run_form().execution_options(**{SUBQUERIES_FIRST_OPTION: True}), params)
+        for p in pulled
+    )
+    outer = explain(session, substitute(statement, pulled), params)
+    failed = next((e for e in (outer, *first) if e.refused is not None), None)
+    if failed is not None:
+        return replace(refused, refused=failed.refused)
+    return replace(outer, first=first + outer.first)
