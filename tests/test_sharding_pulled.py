@@ -10,7 +10,13 @@ import pytest
 from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import with_loader_criteria
 
-from snowshard.sharding import SubqueryResultError, UnsupportedShardQuery, explain
+from snowshard.sharding import (
+    ShardConfigError,
+    ShardedSession,
+    SubqueryResultError,
+    UnsupportedShardQuery,
+    explain,
+)
 from snowshard.sharding import pulled
 from tests.shop_setup import rows_of, sort_rows
 from tests.twin_setups import CONFIGS, Setup, build_setup
@@ -224,3 +230,27 @@ def test_a_write_with_a_subquery_run_first_changes_what_one_table_would(
         outcomes.append((done, after))
     assert outcomes[0] == outcomes[1]
     assert outcomes[1][0] > 0
+
+
+def test_a_session_can_run_every_statements_subqueries_first(shop: Setup) -> None:
+    """ShardedSession(subqueries_first=True) applies to statements that do not say otherwise."""
+    statement = STATEMENTS["above the average"](shop.shop.sharded)
+    with ShardedSession(
+        shop.world.bind, databases=shop.world.databases, subqueries_first=True
+    ) as session:
+        got = sort_rows(rows_of(session.execute(statement)))
+        with pytest.raises(UnsupportedShardQuery):
+            session.execute(statement.execution_options(subqueries_first=False))
+    assert got == _rows(shop, STATEMENTS["above the average"](shop.shop.twin))
+
+
+@pytest.mark.parametrize("where", ["session", "statement"])
+def test_a_subqueries_first_that_is_not_a_bool_is_refused(shop: Setup, where: str) -> None:
+    """subqueries_first="yes" raises ShardConfigError naming the value."""
+    statement = STATEMENTS["above the average"](shop.shop.sharded)
+    with pytest.raises(ShardConfigError, match="'yes'"):
+        if where == "session":
+            ShardedSession(shop.world.bind, subqueries_first="yes")  # type: ignore[arg-type]
+        else:
+            with shop.world.session() as session:
+                session.execute(statement.execution_options(subqueries_first="yes"))

@@ -98,6 +98,7 @@ from snowshard.sharding.pulled import (
     pulled_subqueries,
     substitute,
     value_of,
+    wants_subqueries_first,
 )
 from snowshard.sharding.reference import (
     copies,
@@ -595,7 +596,7 @@ def route_first(
             lookup,
         )  # fmt: skip
     except UnsupportedShardQuery:
-        if options.get(SUBQUERIES_FIRST_OPTION):
+        if wants_subqueries_first(session, options):
             return None  # the hook runs its subqueries first
         raise
     if plan.merge is not None or len(plan.steps) != 1:
@@ -722,7 +723,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
             lookup,
         )  # fmt: skip
     except UnsupportedShardQuery as refused:
-        if many or hint is not None or not options.get(SUBQUERIES_FIRST_OPTION):
+        if many or hint is not None or not wants_subqueries_first(session, options):
             raise
         return _subqueries_first(state, params, refused)  # type: ignore[arg-type]
     for watcher in _watchers.get():

@@ -31,7 +31,12 @@ from snowshard.sharding.execute import Plan, Step, check_rows_written, plan_stat
 from snowshard.sharding.hints import Hint, hint_of
 from snowshard.sharding.merge import MergePlan
 from snowshard.sharding.model import ShardedModel
-from snowshard.sharding.pulled import SUBQUERIES_FIRST_OPTION, pulled_subqueries, substitute
+from snowshard.sharding.pulled import (
+    SUBQUERIES_FIRST_OPTION,
+    pulled_subqueries,
+    substitute,
+    wants_subqueries_first,
+)
 from snowshard.sharding.reference import copies, reference_target
 from snowshard.sharding.routing import find_models
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
@@ -329,7 +334,7 @@ def _subqueries_first(
     (``subqueries_first=True``, :mod:`~snowshard.sharding.pulled`), else ``refused``.
     The statement is shown with a placeholder for each subquery's result."""
     options = {**session_execution_options(session), **statement.get_execution_options()}
-    pulled = pulled_subqueries(statement) if options.get(SUBQUERIES_FIRST_OPTION) else []
+    pulled = pulled_subqueries(statement) if wants_subqueries_first(session, options) else []
     if not pulled:
         return refused
     first = tuple(

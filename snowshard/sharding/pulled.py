@@ -50,10 +50,11 @@ from sqlalchemy.sql.visitors import replacement_traverse
 from snowshard._compat import deannotated, explicit_correlation, limit_offset_of, options_of
 from snowshard.sharding.analysis import nested_selects
 from snowshard.sharding.errors import SubqueryResultError, UnsupportedShardQuery
+from snowshard.spec import ShardConfigError
 
 __all__ = [
     "MAX_VALUES", "SUBQUERIES_FIRST_OPTION", "Pulled", "pulled_subqueries", "substitute",
-    "value_of",
+    "value_of", "wants_subqueries_first",
 ]  # fmt: skip
 
 SUBQUERIES_FIRST_OPTION = "subqueries_first"
@@ -63,6 +64,20 @@ MAX_VALUES = 10_000
 """The most values an IN subquery run first may pass to its statement."""
 
 IN_OPERATORS = (operators.in_op, operators.not_in_op)
+
+
+def wants_subqueries_first(session: Any, options: Mapping[str, Any]) -> bool:
+    """Whether a statement runs its subqueries first: its execution option
+    ``subqueries_first``, else ``ShardedSession(subqueries_first=...)``."""
+    value = options.get(SUBQUERIES_FIRST_OPTION)
+    if value is None:
+        return bool(getattr(session, "subqueries_first", False))
+    if not isinstance(value, bool):
+        raise ShardConfigError(
+            f"execution option subqueries_first={value!r}: must be True or False; pass "
+            "execution_options(subqueries_first=True) to run subqueries first"
+        )
+    return value
 
 
 @dataclass(frozen=True)

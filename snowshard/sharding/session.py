@@ -108,6 +108,9 @@ class ShardedSession(RoutingSession):
         to a replica (:mod:`~snowshard.sharding.replicas`).
     :param max_concurrency: the most databases one statement queries at once (an int
         >= 1; default 8); the fan-out reads it.
+    :param subqueries_first: run a subquery that a statement cannot read where it runs
+        first, as a query of its own (:mod:`~snowshard.sharding.pulled`), for every
+        statement that does not set the execution option ``subqueries_first`` itself.
     :param kw: everything else :class:`~sqlalchemy.orm.Session` takes (
         ``binds``, ``expire_on_commit``, ...).
     """
@@ -120,6 +123,7 @@ class ShardedSession(RoutingSession):
         twophase: bool | TwoPhase = False,
         replicas: Replicas | Mapping[str, Any] | None = None,
         max_concurrency: int = 8,
+        subqueries_first: bool = False,
         **kw: Any,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or (
@@ -128,6 +132,10 @@ class ShardedSession(RoutingSession):
             raise ShardConfigError(
                 f"max_concurrency must be an int >= 1 (the most databases one statement "
                 f"queries at once), got {max_concurrency!r}; pass e.g. max_concurrency=8"
+            )
+        if not isinstance(subqueries_first, bool):
+            raise ShardConfigError(
+                f"subqueries_first must be True or False, got {subqueries_first!r}"
             )
         if databases is not None and (
             not isinstance(databases, Mapping) or not all(isinstance(k, str) for k in databases)
@@ -143,6 +151,8 @@ class ShardedSession(RoutingSession):
         self.databases: dict[str, _Bind] = {k: _sync(v) for k, v in (databases or {}).items()}
         self.max_concurrency: int = max_concurrency
         """The most databases one statement queries at once."""
+        self.subqueries_first: bool = subqueries_first
+        """Whether statements run their subqueries first unless they say otherwise."""
         named = {DEFAULT_DATABASE: self.bind} if self.bind is not None else {}
         primaries = {**named, **self.databases}
         config = Replicas.of(replicas)
