@@ -181,6 +181,7 @@ def item_writes(draw: Any) -> Write:
     conditions = draw(st.lists(picked, max_size=2, unique=True))
     values = draw(st.sampled_from(range(len(_ITEM_VALUES))))
     returning = draw(st.booleans())
+    first = draw(st.booleans())
 
     def build(w: Models) -> Any:
         i = w.Item
@@ -190,7 +191,7 @@ def item_writes(draw: Any) -> Write:
             statement = statement.values(_ITEM_VALUES[values](w))
         if returning:
             statement = statement.returning(i.id, i.qty)
-        return statement.execution_options(synchronize_session=False)
+        return statement.execution_options(synchronize_session=False, subqueries_first=first)
 
     return Write(build, returning)
 
@@ -204,6 +205,7 @@ def order_writes(draw: Any) -> Write:
     core = draw(st.booleans())
     returning = draw(st.booleans())
     synchronize = draw(st.sampled_from([None, False, "fetch", "evaluate"]))
+    first = draw(st.booleans())  # subqueries_first=True (the twin's statement ignores it)
 
     def build(w: Models) -> Any:
         m = w.Order
@@ -217,6 +219,8 @@ def order_writes(draw: Any) -> Write:
             statement = statement.returning(m.id, m.amount)
         if synchronize is not None and not core:
             statement = statement.execution_options(synchronize_session=synchronize)
+        if first:
+            statement = statement.execution_options(subqueries_first=True)
         return statement
 
     return Write(build, returning)
