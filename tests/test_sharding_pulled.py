@@ -65,6 +65,20 @@ STATEMENTS: dict[str, Callable[[Models], Any]] = {
     "orders of noted users": lambda w: select(w.Order.id, w.Order.amount).where(
         w.Order.user_id.in_(select(w.Note.id).where(w.Note.id < 10))
     ),
+    "NOT IN an empty subquery, NULLs too": lambda w: select(w.Order.id).where(
+        w.Order.amount.not_in(select(w.Order.amount).where(w.Order.amount > 1000))
+    ),
+    "EXISTS as a column": lambda w: select(w.Note.id, exists().where(w.Order.amount > 3)),
+    "IN within IN": lambda w: select(w.Note.id).where(
+        w.Note.id.in_(
+            select(w.Order.user_id).where(
+                w.Order.id.in_(select(w.Item.order_id).where(w.Item.qty > 4))
+            )
+        )
+    ),
+    "a scalar in a column": lambda w: select(
+        w.Order.id, w.Order.amount - select(func.min(w.Order.amount)).scalar_subquery()
+    ),
     "grouped over a subquery's users": lambda w: select(w.Order.status, func.count())
     .where(w.Order.user_id.in_(select(w.Note.id).where(w.Note.label != "u3")))
     .group_by(w.Order.status),
