@@ -336,6 +336,29 @@ def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
     assert counted == len(VISIBLE)
 
 
+@pytest.mark.skipif(
+    not ALIASES_TAKE_CRITERIA,
+    reason="before SQLAlchemy 2.0.4 the ORM cannot apply criteria to a UNION ALL entity",
+)
+def test_a_hooks_criteria_reach_a_subquery_run_first(posts: Posts) -> None:
+    """The recipe's criteria filter a subquery run first (subqueries_first) as a subquery's."""
+    with posts.world.session() as session:
+
+        @event.listens_for(session, "do_orm_execute")
+        def add_criteria(state: Any) -> None:
+            if state.is_select and not state.is_column_load and not state.is_relationship_load:
+                state.statement = state.statement.options(_visible_only())
+
+        def below_count(m: Any) -> list[int]:
+            counted = select(func.count()).select_from(m).scalar_subquery()
+            statement = select(m.n).where(m.n < counted).execution_options(subqueries_first=True)
+            return sorted(session.scalars(statement))
+
+        sharded, plain = below_count(posts.Post), below_count(posts.PlainPost)
+    # the subquery counts the 8 visible posts, not all 12
+    assert sharded == plain == [n for n in VISIBLE if n < len(VISIBLE)] != VISIBLE
+
+
 @pytest.mark.parametrize(
     "option",
     [
