@@ -285,6 +285,15 @@ def _visible_only() -> Any:
 VISIBLE = [n for n in range(12) if n % 3]
 
 
+def _hide_hidden(session: Any) -> None:
+    """SQLAlchemy's recipe on ``session``: a hook adding :func:`_visible_only` to every SELECT."""
+
+    @event.listens_for(session, "do_orm_execute")
+    def add_criteria(state: Any) -> None:
+        if state.is_select and not state.is_column_load and not state.is_relationship_load:
+            state.statement = state.statement.options(_visible_only())
+
+
 def _plain(row: Any) -> tuple[Any, ...]:
     """A row as a tuple (a post by its number and user)."""
     value = row[0]
@@ -324,10 +333,7 @@ def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
     """SQLAlchemy's recipe: a session hook adds criteria for a mixin to every SELECT."""
     with posts.world.session() as session:
 
-        @event.listens_for(session, "do_orm_execute")
-        def add_criteria(state: Any) -> None:
-            if state.is_select and not state.is_column_load and not state.is_relationship_load:
-                state.statement = state.statement.options(_visible_only())
+        _hide_hidden(session)
 
         sharded = sorted(session.scalars(select(posts.Post.n)))
         plain = sorted(session.scalars(select(posts.PlainPost.n)))
@@ -344,10 +350,7 @@ def test_a_hooks_criteria_reach_a_subquery_run_first(posts: Posts) -> None:
     """The recipe's criteria filter a subquery run first (subqueries_first) as a subquery's."""
     with posts.world.session() as session:
 
-        @event.listens_for(session, "do_orm_execute")
-        def add_criteria(state: Any) -> None:
-            if state.is_select and not state.is_column_load and not state.is_relationship_load:
-                state.statement = state.statement.options(_visible_only())
+        _hide_hidden(session)
 
         def below_count(m: Any) -> list[int]:
             counted = select(func.count()).select_from(m).scalar_subquery()
