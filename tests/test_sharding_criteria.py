@@ -332,9 +332,7 @@ def test_criteria_for_a_mixin_filter_every_model_that_has_it(
 def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
     """SQLAlchemy's recipe: a session hook adds criteria for a mixin to every SELECT."""
     with posts.world.session() as session:
-
         _hide_hidden(session)
-
         sharded = sorted(session.scalars(select(posts.Post.n)))
         plain = sorted(session.scalars(select(posts.PlainPost.n)))
         counted = session.scalar(select(func.count()).select_from(posts.Post))
@@ -349,9 +347,7 @@ def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
 def test_a_hooks_criteria_reach_a_subquery_run_first(posts: Posts) -> None:
     """The recipe's criteria filter a subquery run first (subqueries_first) as a subquery's."""
     with posts.world.session() as session:
-
         _hide_hidden(session)
-
         def below_count(m: Any) -> list[int]:
             counted = select(func.count()).select_from(m).scalar_subquery()
             statement = select(m.n).where(m.n < counted).execution_options(subqueries_first=True)
