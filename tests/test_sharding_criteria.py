@@ -285,6 +285,13 @@ def _visible_only() -> Any:
 VISIBLE = [n for n in range(12) if n % 3]
 
 
+NEEDS_ALIAS_CRITERIA = pytest.mark.skipif(
+    not ALIASES_TAKE_CRITERIA,
+    reason="before SQLAlchemy 2.0.4 the ORM cannot apply criteria to a UNION ALL entity",
+)
+"""For tests of criteria a hook adds, which reach a UNION ALL entity from 2.0.4 on."""
+
+
 def _hide_hidden(session: Any) -> None:
     """SQLAlchemy's recipe on ``session``: a hook adding :func:`_visible_only` to every SELECT."""
 
@@ -325,10 +332,7 @@ def test_criteria_for_a_mixin_filter_every_model_that_has_it(
     assert plain != unfiltered
 
 
-@pytest.mark.skipif(
-    not ALIASES_TAKE_CRITERIA,
-    reason="before SQLAlchemy 2.0.4 the ORM cannot apply criteria to a UNION ALL entity",
-)
+@NEEDS_ALIAS_CRITERIA
 def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
     """SQLAlchemy's recipe: a session hook adds criteria for a mixin to every SELECT."""
     with posts.world.session() as session:
@@ -340,14 +344,12 @@ def test_criteria_added_by_a_do_orm_execute_hook_apply(posts: Posts) -> None:
     assert counted == len(VISIBLE)
 
 
-@pytest.mark.skipif(
-    not ALIASES_TAKE_CRITERIA,
-    reason="before SQLAlchemy 2.0.4 the ORM cannot apply criteria to a UNION ALL entity",
-)
+@NEEDS_ALIAS_CRITERIA
 def test_a_hooks_criteria_reach_a_subquery_run_first(posts: Posts) -> None:
     """The recipe's criteria filter a subquery run first (subqueries_first) as a subquery's."""
     with posts.world.session() as session:
         _hide_hidden(session)
+
         def below_count(m: Any) -> list[int]:
             counted = select(func.count()).select_from(m).scalar_subquery()
             statement = select(m.n).where(m.n < counted).execution_options(subqueries_first=True)

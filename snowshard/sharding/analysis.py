@@ -91,6 +91,7 @@ from snowshard.sharding.model import ShardedModel, model_of_table
 
 __all__ = [
     "AGGREGATES",
+    "IN_OPERATORS",
     "ROW_FUNCTIONS",
     "check_aliases",
     "check_comparisons",
@@ -99,6 +100,7 @@ __all__ = [
     "check_outer_joins",
     "describe",
     "exists_selects",
+    "from_entries",
     "function_kind",
     "models_in_subqueries",
     "models_named",
@@ -110,6 +112,9 @@ __all__ = [
 
 AGGREGATES = frozenset({"count", "sum", "min", "max", "avg"})
 """Aggregates merged across shards (without DISTINCT or FILTER)."""
+
+IN_OPERATORS = (operators.in_op, operators.not_in_op)
+"""The operators of ``IN`` and ``NOT IN``."""
 
 ROW_FUNCTIONS = frozenset(
     {
@@ -310,9 +315,10 @@ def check_joined_on_keys(statement: Any) -> None:
         _check_keys_joined(select)
 
 
-def _from_tables(select: Any) -> set[Any]:
-    """The plain tables in the FROM list of ``select`` (joins included), as it stands alone;
-    of an UPDATE or DELETE, its table (which its subqueries correlate with)."""
+def from_entries(select: Any) -> set[Any]:
+    """The FROM entries of ``select`` as it stands alone, joins taken apart into what they
+    join (tables unannotated; aliases and subqueries as they are); of an UPDATE or DELETE,
+    its table (which its subqueries correlate with)."""
     if isinstance(select, (Update, Delete)):
         return {deannotated(select.table)}
     found: set[Any] = set()
@@ -321,9 +327,14 @@ def _from_tables(select: Any) -> set[Any]:
         item = stack.pop()
         if isinstance(item, Join):
             stack.extend((item.left, item.right))
-        elif isinstance(item, Table):
-            found.add(deannotated(item))
+        else:
+            found.add(deannotated(item) if isinstance(item, Table) else item)
     return found
+
+
+def _from_tables(select: Any) -> set[Any]:
+    """The plain tables among :func:`from_entries`."""
+    return {item for item in from_entries(select) if isinstance(item, Table)}
 
 
 def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
@@ -514,7 +525,7 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
             continue  # SELECT, UPDATE and DELETE hold IN conditions
         filters = {id(c) for c in _conjuncts(enclosing.whereclause)}
         for item in walk(enclosing):
-            if not isinstance(item, BinaryExpression) or item.operator not in _IN_OPERATORS:
+            if not isinstance(item, BinaryExpression) or item.operator not in IN_OPERATORS:
                 continue
             outer, inner = _key_of(item.left), getattr(item.right, "element", None)
             if outer is None or not isinstance(inner, Select) or len(inner.selected_columns) != 1:
@@ -530,9 +541,6 @@ def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:
             else:
                 nullable.add(id(inner))
     return found - nullable, nullable  # a SELECT used twice is exact if both uses are
-
-
-_IN_OPERATORS = (operators.in_op, operators.not_in_op)
 
 
 def _conjuncts(clause: Any) -> Iterator[Any]:

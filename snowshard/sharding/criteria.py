@@ -51,7 +51,8 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_mapper
 
 __all__ = [
-    "check_loader_criteria", "conditions_for", "covers", "inert", "target_option", "unapplied",
+    "check_loader_criteria", "conditions_for", "covers", "criteria_of", "inert", "target_option",
+    "unapplied",
 ]  # fmt: skip
 
 
@@ -60,6 +61,11 @@ def _root_class(option: LoaderCriteriaOption) -> Any:
     if option.root_entity is not None:
         return option.root_entity
     return getattr(option.entity, "class_", None)
+
+
+def criteria_of(statement: Any) -> list[LoaderCriteriaOption]:
+    """The loader criteria options among a statement's own options."""
+    return [o for o in options_of(statement) if isinstance(o, LoaderCriteriaOption)]
 
 
 def covers(option: Any, model: ShardedModel) -> bool:

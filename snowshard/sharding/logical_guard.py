@@ -28,13 +28,12 @@ from typing import Any
 
 from sqlalchemy import Table, event
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql.compiler import Compiled
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
-from snowshard._compat import options_of, parent_entity, refreshes_state, untraversed_of
-from snowshard.sharding.criteria import unapplied
+from snowshard._compat import parent_entity, refreshes_state, untraversed_of
+from snowshard.sharding.criteria import criteria_of, unapplied
 from snowshard.sharding.driver_errors import DATABASE_OPTION
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import MODEL_INFO
@@ -74,11 +73,11 @@ def unapplied_criteria(compiled: Compiled) -> str | None:
     tables it reads of a sharded model (added by a ``do_orm_execute`` hook after the
     session routed the statement: :func:`~snowshard.sharding.criteria.unapplied`), or None."""
     statement = compiled.statement  # as given to the compiler: the ORM statement
-    options = options_of(statement) if statement is not None else ()
-    if not any(isinstance(o, LoaderCriteriaOption) for o in options) or refreshes_state(compiled):
+    criteria = criteria_of(statement) if statement is not None else []
+    if not criteria or refreshes_state(compiled):
         return None  # (the ORM applies no criteria to a refresh, whatever its options)
     entities = {parent_entity(e) for e in iterate(statement)}
-    return unapplied(options, entities)
+    return unapplied(criteria, entities)
 
 
 _verdicts: weakref.WeakKeyDictionary[Compiled, tuple[tuple[str, ...], str | None]] = (

@@ -57,7 +57,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
-from sqlalchemy.orm import Bundle, LoaderCriteriaOption
+from sqlalchemy.orm import Bundle
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -82,7 +82,6 @@ from snowshard._compat import (
     group_by_of,
     having_of,
     limit_offset_of,
-    options_of,
     order_by_of,
     without_having,
 )
@@ -108,6 +107,7 @@ from snowshard.sharding.collation import (
     sort_value,
     weight_of,
 )
+from snowshard.sharding.criteria import criteria_of
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import (
     BY_VALUE,
@@ -368,7 +368,7 @@ class MergePlan:
             )
             # with_only_columns() sets the statement's options aside with its old columns,
             # where loader criteria no longer reach the FROM list: give them back
-            criteria = [o for o in options_of(statement) if isinstance(o, LoaderCriteriaOption)]
+            criteria = criteria_of(statement)
             if criteria:
                 source = source.options(*criteria)
         else:

@@ -35,20 +35,20 @@ This module finds the subqueries and builds the statement; :mod:`~.execute` runs
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Delete, Select, Table, Update, bindparam, false, literal, true, type_coerce
 from sqlalchemy.exc import CompileError
 from sqlalchemy.orm import LoaderCriteriaOption
-from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BinaryExpression
-from sqlalchemy.sql.selectable import Exists, Join, ScalarSelect
+from sqlalchemy.sql.selectable import Exists, ScalarSelect
 from sqlalchemy.sql.visitors import replacement_traverse
 
-from snowshard._compat import deannotated, explicit_correlation, limit_offset_of, options_of
-from snowshard.sharding.analysis import nested_selects
+from snowshard._compat import explicit_correlation, limit_offset_of
+from snowshard.sharding.analysis import IN_OPERATORS, from_entries, nested_selects
+from snowshard.sharding.criteria import criteria_of
 from snowshard.sharding.errors import SubqueryResultError, UnsupportedShardQuery
 from snowshard.spec import ShardConfigError
 
@@ -62,8 +62,6 @@ SUBQUERIES_FIRST_OPTION = "subqueries_first"
 
 MAX_VALUES = 10_000
 """The most values an IN subquery run first may pass to its statement."""
-
-IN_OPERATORS = (operators.in_op, operators.not_in_op)
 
 
 def wants_subqueries_first(session: Any, options: Mapping[str, Any]) -> bool:
@@ -119,18 +117,6 @@ def _select_in(element: Any) -> Select[Any] | None:
     return None
 
 
-def _from_objects(froms: Iterable[Any]) -> set[Any]:
-    """FROM entries and, for joins, the tables and aliases they join (unannotated)."""
-    found: set[Any] = set()
-    stack = list(froms)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Join):
-            stack.extend((item.left, item.right))
-        found.add(deannotated(item) if isinstance(item, Table) else item)
-    return found
-
-
 def _froms(select: Any) -> list[Any]:
     return list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
 
@@ -141,18 +127,13 @@ def _may_correlate(select: Any, enclosing: set[Any]) -> bool:
     which are enclosing ones (SQLAlchemy's automatic correlation)."""
     if explicit_correlation(select):
         return True
-    froms = _froms(select)
-    return len(froms) > 1 and bool(_from_objects(froms) & enclosing)
+    return len(_froms(select)) > 1 and bool(from_entries(select) & enclosing)
 
 
 def _self_contained(select: Select[Any], enclosing: set[Any]) -> bool:
     """Whether ``select`` reads nothing of the queries around it: neither it nor a SELECT
     inside it may correlate with ``enclosing``."""
     return not any(_may_correlate(s, enclosing) for s in (select, *nested_selects(select)))
-
-
-def _criteria(select: Any) -> list[LoaderCriteriaOption]:
-    return [o for o in options_of(select) if isinstance(o, LoaderCriteriaOption)]
 
 
 def _candidate(element: Any, parent_in: bool) -> tuple[str, Select[Any]] | None:
@@ -173,17 +154,15 @@ def pulled_subqueries(statement: Any) -> list[Pulled]:
     only (one run first runs its own in turn). Each carries the statement's loader
     criteria, which SQLAlchemy applies to subqueries too."""
     found: list[Pulled] = []
-    criteria = _criteria(statement)
+    criteria = criteria_of(statement)
 
     own = {id(o) for o in criteria}
 
     def visit(element: Any, enclosing: set[Any], parent_in: bool) -> None:
         if isinstance(element, Table):
             return
-        if hasattr(element, "get_final_froms"):
-            enclosing = enclosing | _from_objects(_froms(element))
-        elif isinstance(element, (Update, Delete)):  # its subqueries correlate with its table
-            enclosing = enclosing | _from_objects([element.table])
+        if hasattr(element, "get_final_froms") or isinstance(element, (Update, Delete)):
+            enclosing = enclosing | from_entries(element)
         candidate = _candidate(element, parent_in)
         if candidate is not None:
             kind, select = candidate
@@ -192,7 +171,7 @@ def pulled_subqueries(statement: Any) -> list[Pulled]:
                 and _self_contained(select, enclosing)
                 # criteria given to the subquery alone, which SQLAlchemy applies to nothing
                 # there, would apply to it as a statement of its own
-                and all(id(o) in own for o in _criteria(select))
+                and all(id(o) in own for o in criteria_of(select))
             ):
                 target = element.right if kind == "in" else element
                 found.append(Pulled(kind, target, select.options(*criteria)))
