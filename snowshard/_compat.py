@@ -334,6 +334,30 @@ def joins_of(statement: Any) -> tuple[Any, ...]:
     return tuple(getattr(statement, "_setup_joins", ()))
 
 
+def with_joins(statement: Any, joins: Sequence[tuple[Any, ...]]) -> Any:
+    """A copy of a SELECT whose ``join()`` calls are ``joins`` (tuples as :func:`joins_of`
+    gives them; ``_generate`` and ``_setup_joins``, all versions)."""
+    copied = statement._generate()
+    copied._setup_joins = tuple(joins)
+    return copied
+
+
+def explicit_join(from_: Any, target: Any, onclause: Any, flags: dict[str, Any]) -> tuple[Any, ...]:
+    """The tuple :func:`joins_of` holds for ``join_from(from_, target, onclause, **flags)``:
+    made by that public call, read back (``_setup_joins``, all versions)."""
+    made = sqlalchemy.select().join_from(
+        from_, target, onclause, isouter=bool(flags.get("isouter")), full=bool(flags.get("full"))
+    )
+    return tuple(made._setup_joins[0])
+
+
+def relationship_join_extras(attribute: Any) -> tuple[tuple[Any, ...], Any]:
+    """``(criteria, of_type)`` of a relationship attribute in a ``join()``: what
+    ``.and_(...)`` added to its ON clause, and the entity ``.of_type()`` names, or None
+    (``_extra_criteria``, ``_of_type``, all versions)."""
+    return tuple(getattr(attribute, "_extra_criteria", ())), getattr(attribute, "_of_type", None)
+
+
 def values_of(statement: Any) -> dict[Any, Any]:
     """Column (or key) -> value of an INSERT's or UPDATE's ``values()`` (``_values``, all
     versions); {} when it has none."""

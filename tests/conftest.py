@@ -29,6 +29,7 @@ pytest.register_assert_rewrite("tests.backends", "tests.shop_setup", "tests.worl
 
 from tests.backends import DatabaseFactory
 from tests.shop_setup import Setup, build_setup
+from tests.twin_setups import Filled, filled_twin_shops
 from tests.worlds import SqlLog, WorldFactory
 
 pytest_plugins = ["tests.backends"]
@@ -106,3 +107,11 @@ def shop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """The shop's orders over two databases of each backend in turn, and their unsharded
     twin (``tests/shop_setup.py``), made once per module and only read."""
     yield from build_setup(request, tmp_path_factory.mktemp("shop"), request.param, 2)
+
+
+@pytest.fixture(scope="module")
+def filled(module_databases: DatabaseFactory) -> Iterator[Filled]:
+    """``filled(backend, databases)``: a filled twin shop, made once per module and reused
+    (tests using it only read)."""
+    with filled_twin_shops(module_databases) as get:
+        yield get

@@ -34,20 +34,23 @@ from sqlalchemy.orm import with_loader_criteria
 
 from snowshard.orm import id_between, id_since
 from snowshard.sharding import UnsupportedShardQuery
-from tests.backends import DatabaseFactory
 from tests.shop_setup import rows_of, sort_rows
-from tests.twin_setups import CONFIGS, Setup, build_setup, differential
+from tests.twin_setups import (
+    CONFIGS,
+    TWIN_BACKENDS,
+    Filled,
+    Setup,
+    both_rows,
+    build_setup,
+    differential,
+)
 from tests.worlds import (
     LAYOUT,
     TWIN_SWITCH,
     TWIN_USERS,
     Models,
-    TwinShop,
     World,
-    declare_twin_shop,
     distinct_on,
-    fill_twin_shop,
-    open_world,
 )
 
 KNOWN_BUGS: dict[str, Callable[[World], bool]] = {}
@@ -246,13 +249,15 @@ _JOINS = ["inner", "outer", "from_reference"]
 join, orders LEFT OUTER JOIN statuses, or statuses LEFT OUTER JOIN orders."""
 
 
-def _joined(w: Models, columns: list[Any], how: str, tables: bool) -> Any:
+def _joined(w: Models, columns: list[Any], how: str, tables: bool, through: bool = False) -> Any:
     """``columns`` from orders and statuses joined as ``how`` says (:data:`_JOINS`).
 
     ``tables``: the join names the Core tables of the models (``Order.__table__``), else
-    the ORM entities.
+    the ORM entities; ``through``: orders join statuses through ``Order.status_row``.
     """
     m, r = w.Order, w.Status
+    if through and not tables and how != "from_reference":
+        return select(*columns).select_from(m).join(m.status_row, isouter=how != "inner")
     left, right, on = (r, m, m.status == r.code) if how == "from_reference" else (m, r, r.code == m.status)
     if tables:
         left, right = left.__table__, right.__table__
@@ -261,7 +266,7 @@ def _joined(w: Models, columns: list[Any], how: str, tables: bool) -> Any:
 
 def _reference_rows(draw: Any) -> Case:
     how = draw(st.sampled_from(_JOINS))
-    tables = draw(st.booleans())
+    tables, through = draw(st.booleans()), draw(st.booleans())
     columns = ["o.id", "o.amount", "r.code", "r.grp", "r.rank"]
     picked = draw(st.lists(st.sampled_from(columns), min_size=1, max_size=3, unique=True))
     order = draw(st.lists(st.sampled_from(picked), max_size=2, unique=True))
@@ -276,7 +281,7 @@ def _reference_rows(draw: Any) -> Case:
             table, attribute = name.split(".")
             return getattr(w.Order if table == "o" else w.Status, attribute)
 
-        statement = _joined(w, [column(c) for c in picked], how, tables).where(
+        statement = _joined(w, [column(c) for c in picked], how, tables, through).where(
             *[f(w.Order) for f in filters], *[f(w.Status) for f in reference_filters]
         )
         keys = [column(c) for c in order]
@@ -408,15 +413,17 @@ _ITEM_CONDITIONS: list[Callable[[Any, Any], Any]] = [
 
 
 def _items_joined(draw: Any) -> Case:
-    """Orders and items joined (inner or left outer) on one or two random conditions, or
-    tied by them in WHERE, counted or as rows (with a window partitioned by either side's
-    key): one table's rows, or refused where no condition ties the keys."""
+    """Orders and items joined (inner or left outer) on one or two random conditions (or
+    through ``Order.items``, whose ON clause they extend), or tied by them in WHERE,
+    counted or as rows (with a window partitioned by either side's key): one table's rows,
+    or refused where no condition ties the keys."""
     chosen = draw(st.lists(st.sampled_from(range(len(_ITEM_CONDITIONS))), min_size=1, max_size=2, unique=True))
     how = draw(st.sampled_from(["inner", "outer", "where"]))
     if how == "where" and chosen == [3]:  # no condition relates them: a cross join in ON
         how = "inner"
     shape = draw(st.sampled_from(["counted", "rows", "window by order", "window by item"]))
     filters = _where(draw, None)
+    through = how != "where" and draw(st.booleans())  # Order.items, with the conditions added
 
     def build(w: Models) -> Any:
         m, i = w.Order, w.Item
@@ -428,6 +435,8 @@ def _items_joined(draw: Any) -> Case:
         statement = select(*columns).where(*[f(m) for f in filters])
         if how == "where":
             return statement.where(tie)
+        if through:
+            return statement.select_from(m).join(m.items.and_(tie), isouter=how == "outer")
         return statement.select_from(m).join(i, tie, isouter=how == "outer")
 
     return Case(build, [], False)
@@ -584,53 +593,7 @@ def test_sharded_statements_equal_one_table_or_are_refused(setup: Setup, case_: 
 
 # --------------------------------------------------------------------------- bugs it found
 
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
-    pytest.param("mysql", id="mariadb", marks=pytest.mark.mysql),
-]
-
-
-Filled = Callable[[str, int], tuple[TwinShop, World]]
-
-
-@pytest.fixture(scope="module")
-def filled(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Filled]:
-    """``filled(backend, databases)``: a filled twin shop, made once per module and reused
-    (the tests below only read)."""
-
-
-    factory = DatabaseFactory.for_request(request, tmp_path_factory.mktemp("bugs"))
-    made: dict[tuple[str, int], tuple[TwinShop, World]] = {}
-
-    def get(backend: str, databases: int) -> tuple[TwinShop, World]:
-        if (backend, databases) not in made:
-            shop = declare_twin_shop(4, databases=databases)
-            world = open_world(factory, shop.base, backend)
-            with world.session() as session:
-                fill_twin_shop(session, shop)
-            made[backend, databases] = shop, world
-        return made[backend, databases]
-
-    try:
-        yield get
-    finally:
-        for _, world in made.values():
-            world.log.close()
-        factory.cleanup()
-
-
-def _both(world: World, shop: TwinShop, build: Build) -> tuple[list[Any], list[Any]]:
-    """(sharded rows, twin rows) of the statement ``build`` makes, each sorted."""
-    with world.session() as session:
-        twin = sort_rows(rows_of(session.execute(build(shop.twin))))
-        got = sort_rows(rows_of(session.execute(build(shop.sharded))))
-    return got, twin
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
 def test_entity_join_with_unsharded_table_on_one_database(
     filled: Filled, backend: str
 ) -> None:
@@ -640,11 +603,11 @@ def test_entity_join_with_unsharded_table_on_one_database(
     def build(w: Models) -> Any:
         return select(w.Order.id).select_from(w.Order).join(w.Status, w.Status.code == w.Order.status)
 
-    got, twin = _both(world, shop, build)
+    got, twin = both_rows(world, shop, build)
     assert got == twin and len(twin) == 20
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
 @pytest.mark.parametrize("grouped", [False, True], ids=["rows", "count"])
 def test_outer_join_from_reference_table_across_databases(
     filled: Filled, backend: str, grouped: bool
@@ -659,13 +622,13 @@ def test_outer_join_from_reference_table_across_databases(
         return statement.group_by(w.Status.code) if grouped else statement
 
     try:
-        got, twin = _both(world, shop, build)
+        got, twin = both_rows(world, shop, build)
     except UnsupportedShardQuery:
         return
     assert got == twin
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
 def test_same_aggregate_of_two_models_merged(filled: Filled, backend: str) -> None:
     """MAX of an orders column and MAX of a statuses column, over two databases, equal the twin."""
     shop, world = filled(backend, 2)
@@ -675,11 +638,11 @@ def test_same_aggregate_of_two_models_merged(filled: Filled, backend: str) -> No
             w.Status, w.Status.code == w.Order.status
         )
 
-    got, twin = _both(world, shop, build)
+    got, twin = both_rows(world, shop, build)
     assert got == twin == [(12, 2)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
 def test_count_of_core_tables_joined_merged(filled: Filled, backend: str) -> None:
     """COUNT(*) of orders' and statuses' tables joined, over two databases, equals the twin."""
     shop, world = filled(backend, 2)
@@ -691,5 +654,5 @@ def test_count_of_core_tables_joined_merged(filled: Filled, backend: str) -> Non
             .join(w.Status.__table__, w.Status.code == w.Order.status)
         )
 
-    got, twin = _both(world, shop, build)
+    got, twin = both_rows(world, shop, build)
     assert got == twin == [(20,)]

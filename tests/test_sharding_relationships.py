@@ -333,14 +333,24 @@ def test_binding_tables_fan_out_pairs_equal_shards(
     assert sql.tables() == [{f"orders_{i:02d}", f"items_{i:02d}"} for i in range(4)]
 
 
-def test_join_through_a_relationship_is_refused(
+def test_join_through_a_relationship_equals_its_explicit_join(
     shop: tuple[ShardedSession, SqlLog, list[int]],
 ) -> None:
-    """join(User.orders) would name the logical table; an explicit ON clause is asked for."""
+    """join(User.orders) returns the rows of the join on User.id == Order.user_id."""
     session, sql, _ = shop
-    with pytest.raises(UnsupportedShardQuery, match="explicit ON clause"):
-        session.execute(select(User.email).join(User.orders))
-    assert len(sql) == 0
+    through = session.execute(select(User.email, Order.amount).join(User.orders)).all()
+    by_hand = select(User.email, Order.amount).join(Order, Order.user_id == User.id)
+    assert sorted(through) == sorted(session.execute(by_hand).all()) and len(through) == 12
+    assert not sql.logical
+
+
+def test_join_through_a_parent_relationship_from_an_unsharded_class(
+    shop: tuple[ShardedSession, SqlLog, list[int]],
+) -> None:
+    """join(Customer.orders), an unsharded parent in the same database, reads every order."""
+    session, _, ids = shop
+    found = session.execute(select(Customer.id, Order.amount).join(Customer.orders)).all()
+    assert sorted(found) == sorted((ids[i], 10 * i + j) for i in range(6) for j in range(2))
 
 
 def test_plain_relationship_on_a_sharded_model_is_refused() -> None:

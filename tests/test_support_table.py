@@ -113,6 +113,11 @@ _LISTED = [
 both sides."""
 
 
+def _through_alias(order: Any) -> Any:
+    """An alias of orders joined to items through the alias's relationship."""
+    return select(order.id).join(order.items)
+
+
 def _legacy_count(model: Any, condition: Any) -> Any:
     """The statement ``Query.count()`` runs for a query with loader criteria: the option on
     the subquery it counts and on the count itself."""
@@ -549,12 +554,19 @@ EXAMPLES: dict[str, list[Example]] = {
             .execution_options(subqueries_first=True),
         ),
     ],
-    "join of models sharded alike (same strategy and count) with an explicit ON": [
+    "join of models sharded alike (same strategy and count) with an explicit ON, or "
+    "through a relationship attribute (`join(Order.items)`, read as the explicit join its "
+    "`primaryjoin` describes)": [
         Example(
             "exact",
             lambda w: select(w.Order.id, w.Item.qty).join(
                 w.Item, and_(w.Item.user_id == w.Order.user_id, w.Item.order_id == w.Order.id)
             ),
+        ),
+        Example("exact", lambda w: select(w.Order.id, w.Item.qty).join(w.Order.items)),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id, w.Item.qty).outerjoin(w.Order.items.and_(w.Item.qty > 1)),
         ),
         Example(
             "refused",
@@ -566,6 +578,7 @@ EXAMPLES: dict[str, list[Example]] = {
             "exact",
             lambda w: select(w.Order.id, w.Status.grp).join(w.Status, w.Status.code == w.Order.status),
         ),
+        Example("exact", lambda w: select(w.Order.id, w.Status.grp).join(w.Order.status_row)),
         Example(
             "exact",
             lambda w: select(w.Order.id).where(
@@ -611,8 +624,8 @@ EXAMPLES: dict[str, list[Example]] = {
     "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
     "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, SQL text "
     "(`text()`, `literal_column()`) in ORDER BY, `aliased()` "
-    "of a sharded model, joins through a relationship "
-    "attribute or of models sharded differently": [
+    "of a sharded model, joins of models sharded differently or through a relationship "
+    "with a `secondary` table, of an alias, of a physical class or from a model to itself": [
         Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),
         Example(
             "refused",
@@ -630,6 +643,7 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(func.count()).select_from(w.Order).group_by(tuple_(w.Order.status)),
         ),
         Example("refused", lambda w: select(aliased(w.Order).id)),
+        Example("refused", lambda w: _through_alias(aliased(w.Order))),
     ],
     "UPDATE / DELETE": [
         Example("exact", lambda w: update(w.Order).where(w.Order.user_id == 7).values(amount=1)),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,7 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from snowshard.sharding import AsyncShardedSession
 from snowshard.spec import DEFAULT_DATABASE
 from tests.backends import DatabaseFactory, async_url
+from tests.shop_setup import rows_of, sort_rows
 from tests.worlds import (
+    Models,
     SqlLog,
     TwinShop,
     TwoEras,
@@ -37,7 +40,19 @@ from tests.worlds import (
     twin_generations,
 )
 
-__all__ = ["CONFIGS", "EXAMPLES", "AsyncSide", "BlockingSession", "Setup", "build_setup", "differential"]
+__all__ = [
+    "CONFIGS",
+    "EXAMPLES",
+    "TWIN_BACKENDS",
+    "AsyncSide",
+    "BlockingSession",
+    "Filled",
+    "Setup",
+    "both_rows",
+    "build_setup",
+    "differential",
+    "filled_twin_shops",
+]
 
 _T = TypeVar("_T")
 
@@ -175,3 +190,46 @@ def differential(test: Callable[..., None]) -> Callable[..., None]:
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )(test)
     return seed(int(SEED))(configured) if SEED else configured
+
+
+TWIN_BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mariadb", marks=pytest.mark.mysql),
+]
+"""The backends a test of :func:`filled_twin_shops` runs on, marked for the servers."""
+
+Filled = Callable[[str, int], tuple[TwinShop, World]]
+"""``filled(backend, databases)``: a filled twin shop of 4 tables over that many databases."""
+
+
+@contextmanager
+def filled_twin_shops(factory: DatabaseFactory) -> Iterator[Filled]:
+    """Filled twin shops made on first use and kept until the block ends (for tests that
+    only read them); the conftest fixture ``filled`` holds one per module."""
+    made: dict[tuple[str, int], tuple[TwinShop, World]] = {}
+
+    def get(backend: str, databases: int) -> tuple[TwinShop, World]:
+        if (backend, databases) not in made:
+            shop = declare_twin_shop(4, databases=databases)
+            world = open_world(factory, shop.base, backend)
+            with world.session() as session:
+                fill_twin_shop(session, shop)
+            made[backend, databases] = shop, world
+        return made[backend, databases]
+
+    try:
+        yield get
+    finally:
+        for _, world in made.values():
+            world.log.close()
+
+
+def both_rows(
+    world: World, shop: TwinShop, build: Callable[[Models], Any]
+) -> tuple[list[Any], list[Any]]:
+    """(sharded rows, twin rows) of the statement ``build`` makes, each sorted."""
+    with world.session() as session:
+        twin = sort_rows(rows_of(session.execute(build(shop.twin))))
+        got = sort_rows(rows_of(session.execute(build(shop.sharded))))
+    return got, twin

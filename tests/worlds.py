@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import BigInteger, Integer, String, event, insert, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    declared_attr,
+    foreign,
+    mapped_column,
+    relationship,
+)
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate
 
@@ -346,7 +353,8 @@ class Models:
     """One side of a twin shop: what a statement is built from (the same names on each side)."""
 
     Order: Any
-    """``orders``: id, user_id, amount (NULL in some rows), status (NULL in some rows)."""
+    """``orders``: id, user_id, amount (NULL in some rows), status (NULL in some rows); the
+    relationships ``items`` (on the shard key and ``order_id``) and ``status_row``."""
     Item: Any
     """``items``: id, user_id, order_id, qty; one or two per order."""
     Note: Any
@@ -370,6 +378,11 @@ class TwinShop:
     @property
     def metadata(self) -> sa.MetaData:
         return self.base.metadata
+
+
+def _items_of(order: Any, item: Any) -> Any:
+    """The ON clause of ``Order.items``: an order's items, tied by the shard key too."""
+    return sa.and_(foreign(item.user_id) == order.user_id, foreign(item.order_id) == order.id)
 
 
 def declare_twin_shop(
@@ -404,6 +417,15 @@ def declare_twin_shop(
         amount: Mapped[int | None] = mapped_column(Integer)
         status: Mapped[str | None] = mapped_column(binary_string(8))
 
+        @declared_attr
+        def items(cls) -> Mapped[list[Item]]:
+            return relationship("Item", primaryjoin=lambda: _items_of(cls, Item), viewonly=True)
+
+        @declared_attr
+        def status_row(cls) -> Mapped[Status | None]:
+            on = lambda: foreign(cls.status) == Status.code  # noqa: E731
+            return relationship("Status", primaryjoin=on, viewonly=True)
+
     class Item(Sharded, Base):
         __tablename__ = "items"
         __shards__ = shards()
@@ -424,6 +446,14 @@ def declare_twin_shop(
         user_id: Mapped[int] = mapped_column(BigInteger, nullable=nullable_keys)
         amount: Mapped[int | None] = mapped_column(Integer)
         status: Mapped[str | None] = mapped_column(binary_string(8))
+        items: Mapped[list[ItemTwin]] = relationship(
+            "ItemTwin", primaryjoin=lambda: _items_of(OrderTwin, ItemTwin), viewonly=True
+        )
+        status_row: Mapped[StatusTwin | None] = relationship(
+            "StatusTwin",
+            primaryjoin=lambda: foreign(OrderTwin.status) == StatusTwin.code,
+            viewonly=True,
+        )
 
     class ItemTwin(Base):
         __tablename__ = "items_twin"

@@ -19,7 +19,8 @@ write and read through an ordinary :class:`~sqlalchemy.orm.Session` subclass::
         session.scalars(select(Order).order_by(Order.id.desc()).limit(20))  # all 16, merged
 
 Relationships of a sharded model are declared with ``@declared_attr`` (each physical class
-gets its own); joins between sharded models use an explicit ON clause and are run table by
+gets its own); joins between sharded models, with an explicit ON clause or through a
+relationship (read as its explicit join, :mod:`~.relationship_joins`), are run table by
 table when both are sharded alike ("binding tables").
 
 Every statement either returns what one plain table would, or raises
@@ -29,12 +30,12 @@ name a logical table, which no database holds, is stopped before it is sent
 (:mod:`~.logical_guard`). Refused today, with the
 rewrite to use in the message: ``SUM``/``AVG(DISTINCT)`` of non-integers, window functions not
 partitioned by the shard key, keyless subqueries of a sharded model inside a routed query,
-joins through a relationship attribute of a sharded model or of models sharded
-differently, and plain unsharded tables joined across databases (declare them
-:class:`~.reference.Reference` tables). Moving a row to another shard by changing its key
-is refused too. A merge orders and groups strings by code point, so it is refused where
-their collation compares otherwise (:mod:`~.collation`). Databases are queried
-concurrently and their rows merged as they stream (:mod:`~.sources`, :mod:`~.stream`),
+joins of models sharded differently or through a relationship with a ``secondary``
+table (or of an alias, or of a physical class), and plain unsharded tables joined across
+databases (declare them :class:`~.reference.Reference` tables). Moving a row to another
+shard by changing its key is refused too. A merge orders and groups strings by code
+point, so it is refused where their collation compares otherwise (:mod:`~.collation`).
+Databases are queried concurrently and their rows merged as they stream (:mod:`~.sources`, :mod:`~.stream`),
 and without ``twophase=True`` a commit is per database (a partial failure raises
 :class:`~.commit_errors.PartialCommitError`).
 

@@ -106,6 +106,7 @@ from snowshard.sharding.reference import (
     reference_target,
     write_copies,
 )
+from snowshard.sharding.relationship_joins import explicit_joins, explicit_nested_joins
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
 from snowshard.sharding.sources import database_connections, merge_ranker, run_merged
@@ -434,9 +435,10 @@ def _check_joins(statement: Any) -> None:
                 model_of_class(prop.parent.class_) or model_of_class(prop.mapper.class_)
             ):
                 raise UnsupportedShardQuery(
-                    f"join({part}) follows a relationship of a sharded model, whose ON clause "
-                    "names the logical table; join with an explicit ON clause instead, e.g. "
-                    ".join(Order, Order.user_id == User.id)"
+                    f"join({part}) follows a relationship of a sharded model that is read as "
+                    "an explicit join only for a relationship of the logical class to another "
+                    "class, without a secondary table or of_type(); join with an explicit ON "
+                    "clause instead, e.g. .join(Order, Order.user_id == User.id)"
                 )
 
 
@@ -467,6 +469,7 @@ def plan_statement(
 ) -> Plan:
     """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
+    statement = explicit_nested_joins(statement)
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)
     check_loader_criteria(options_of(statement), found, statement)
@@ -579,6 +582,7 @@ def route_first(
     direct = _direct_load(options, getattr(subject, "mapper", None), statement)
     if direct is not None:
         return (statement, params, bind_arguments or {}) if direct else None
+    statement = explicit_joins(statement)
     if hint_of(session, options) is not None:
         return None
     models, lookup = shape_models(statement, _models)
@@ -695,6 +699,7 @@ def route_execute(state: ORMExecuteState) -> Result[Any] | None:
     statement = state.statement
     if _direct_load(options, state.bind_mapper, statement):
         return None  # ShardedSession.get's own SELECT of one physical class
+    statement = explicit_joins(statement)
     models, lookup = shape_models(statement, _models)
     if is_column_load(state, lookup):
         return None  # a refresh reads where its object lives, whatever the hints

@@ -38,6 +38,7 @@ from snowshard.sharding.pulled import (
     wants_subqueries_first,
 )
 from snowshard.sharding.reference import copies, reference_target
+from snowshard.sharding.relationship_joins import explicit_joins
 from snowshard.sharding.routing import find_models
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
 
@@ -309,6 +310,7 @@ def explain(
             f"{type(statement).__name__} {statement!r}"
         )
     kind = _kind(statement)
+    statement = explicit_joins(statement)
     models = find_models(statement)
     hint = None
     try:

@@ -1,0 +1,143 @@
+"""Joins through a relationship attribute, read as the explicit joins they stand for.
+
+``select(User).join(User.orders)`` joins along the relationship's ON clause, which
+SQLAlchemy builds from the logical tables when it compiles the statement, too late to be
+pointed at a shard. :func:`explicit_joins` rewrites each such join of a sharded model,
+before anything is planned, as the join an application would write by hand::
+
+    select(User).join(User.orders)           # the relationship join
+    select(User).join_from(User, Order, User.id == Order.user_id)   # what is planned
+
+The ON clause is the relationship's ``primaryjoin`` in the two classes' attributes, with
+the criteria of ``User.orders.and_(...)`` added; ``outerjoin`` and ``full=True`` are kept,
+and so is an explicit left side (``join_from``). The statement is then planned as any
+explicit join: exact table by table when the ON clause equates a shard key of each model
+sharded alike, or with an unsharded model in the same database, and refused otherwise.
+
+Left as they are, and refused by the planner with the explicit form to write instead: a
+relationship through a ``secondary`` table, one from a model to itself, ``of_type()``, a
+relationship of an alias or of a physical class, and one whose ``primaryjoin`` names
+columns of other tables or unmapped ones.
+
+Statements are made explicit before their plan is looked up (:func:`explicit_joins`,
+which looks at the statement's own joins only, so costs nothing to a statement without
+any), and again, subqueries included, when a plan is made (:func:`explicit_nested_joins`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sqlalchemy import and_
+from sqlalchemy.orm import Mapper, RelationshipProperty
+from sqlalchemy.orm.exc import UnmappedColumnError
+from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.visitors import iterate, replacement_traverse
+
+from snowshard._compat import (
+    explicit_join,
+    joins_of,
+    parent_entity,
+    relationship_join_extras,
+    with_joins,
+)
+from snowshard.sharding.analysis import nested_selects
+from snowshard.sharding.model import model_of_mapper
+
+__all__ = ["explicit_joins", "explicit_nested_joins"]
+
+
+def explicit_joins(statement: Any) -> Any:
+    """``statement`` with each join through a relationship of a sharded model written as
+    its explicit join (module docstring); ``statement`` itself when it has none."""
+    joins = joins_of(statement)
+    if not joins:
+        return statement
+    made = [_explicit(join) for join in joins]
+    if all(m is None for m in made):
+        return statement
+    return with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
+
+
+def explicit_nested_joins(statement: Any) -> Any:
+    """:func:`explicit_joins` of ``statement`` and of every SELECT inside it (subqueries,
+    EXISTS, CTEs); ``statement`` itself when none has such a join."""
+    inner = [s for s in nested_selects(statement) if _follows_relationships(s)]
+    if inner:
+
+        def replace(element: Any) -> Any:
+            if element is not statement and any(element is s for s in inner):
+                return explicit_nested_joins(element)
+            return None
+
+        statement = replacement_traverse(statement, {}, replace)  # type: ignore[call-overload]
+    return explicit_joins(statement)
+
+
+def _follows_relationships(statement: Any) -> bool:
+    return any(_explicit(join) is not None for join in joins_of(statement))
+
+
+def _explicit(join: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+    """The explicit form of one ``join()`` tuple, or None to leave it as it is."""
+    target, onclause, from_, flags = join[:4]
+    attribute, named = (target, None) if onclause is None else (onclause, target)
+    prop = _relationship(attribute)
+    if prop is None or (named is not None and parent_entity(named) is not prop.mapper):
+        return None
+    criteria, of_type = relationship_join_extras(attribute)
+    if of_type is not None:
+        return None
+    on = _on_clause(prop)
+    if on is None:
+        return None
+    if criteria:
+        on = and_(on, *criteria)
+    left = from_ if from_ is not None else prop.parent.class_
+    return explicit_join(left, prop.mapper.class_, on, dict(flags))
+
+
+def _relationship(attribute: Any) -> Optional[RelationshipProperty[Any]]:
+    """The relationship ``attribute`` follows, if it is one this module rewrites: of a
+    logical class (not an alias or a physical class), to another class, with no secondary
+    table, and a sharded model at one end."""
+    prop = getattr(attribute, "property", None)
+    if not isinstance(prop, RelationshipProperty):
+        return None
+    if not isinstance(getattr(attribute, "parent", None), Mapper):
+        return None  # an alias's relationship
+    parent, target = prop.parent, prop.mapper
+    ends = [model_of_mapper(parent), model_of_mapper(target)]
+    if all(end is None for end in ends) or any(e is not None and e[1] is not None for e in ends):
+        return None  # no sharded model (SQLAlchemy joins it), or a physical class
+    if prop.secondary is not None or parent.local_table is target.local_table:
+        return None
+    return prop
+
+
+def _on_clause(prop: RelationshipProperty[Any]) -> Any:
+    """``prop``'s primaryjoin in its two classes' attributes, or None if it names a column
+    of neither class's table, or one that neither maps."""
+    sides = {prop.parent.local_table: prop.parent, prop.mapper.local_table: prop.mapper}
+    for element in iterate(prop.primaryjoin):
+        if isinstance(element, ColumnClause) and _attribute(sides, element) is None:
+            return None
+
+    def replace(element: Any) -> Any:
+        if isinstance(element, ColumnClause):
+            return _attribute(sides, element)
+        return None
+
+    return replacement_traverse(prop.primaryjoin, {}, replace)  # type: ignore[call-overload]
+
+
+def _attribute(sides: dict[Any, Mapper[Any]], column: ColumnClause[Any]) -> Any:
+    """The class attribute (as a column expression) mapping ``column`` on its side."""
+    mapper = sides.get(getattr(column, "table", None))
+    if mapper is None:
+        return None
+    try:
+        key = mapper.get_property_by_column(column).key
+    except UnmappedColumnError:
+        return None
+    return getattr(mapper.class_, key).__clause_element__()

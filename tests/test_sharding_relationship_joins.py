@@ -1,0 +1,152 @@
+"""Joins through relationship attributes: read as their explicit joins, equal to the twin.
+
+The twin shop's ``Order.items`` (on the shard key and ``order_id``) and
+``Order.status_row`` (to the reference table) exist on both sides; each statement is run
+on the sharded models and on their unsharded twins, where SQLAlchemy joins the
+relationship itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import aliased
+
+from snowshard.sharding import UnsupportedShardQuery, explain, sharded_model
+from snowshard.sharding.relationship_joins import explicit_joins, explicit_nested_joins
+from tests.twin_setups import TWIN_BACKENDS, Filled, both_rows
+from tests.worlds import Models, declare_twin_shop
+
+SHOP = declare_twin_shop(4, databases=2)
+"""Models for the tests that only build statements."""
+
+
+def _sql(statement: Any) -> str:
+    return str(statement.compile())
+
+
+def test_relationship_join_becomes_the_explicit_join() -> None:
+    """join(Order.items) reads as join_from(Order, Item, the relationship's ON clause)."""
+    m, i = SHOP.sharded.Order, SHOP.sharded.Item
+    by_hand = select(m.id).join_from(m, i, and_(i.user_id == m.user_id, i.order_id == m.id))
+    assert _sql(explicit_joins(select(m.id).join(m.items))) == _sql(by_hand)
+
+
+def test_and_criteria_and_outer_join_are_kept() -> None:
+    """outerjoin(Order.items.and_(...)) keeps LEFT OUTER and adds the criteria to ON."""
+    m, i = SHOP.sharded.Order, SHOP.sharded.Item
+    tie = and_(i.user_id == m.user_id, i.order_id == m.id)
+    by_hand = select(m.id).join_from(m, i, and_(tie, i.qty > 1), isouter=True)
+    made = explicit_joins(select(m.id).outerjoin(m.items.and_(i.qty > 1)))
+    assert _sql(made) == _sql(by_hand)
+
+
+def test_target_with_relationship_on_clause() -> None:
+    """join(Item, Order.items) reads as the same explicit join as join(Order.items)."""
+    m, i = SHOP.sharded.Order, SHOP.sharded.Item
+    made = explicit_joins(select(m.id, i.id).join(i, m.items))
+    assert _sql(made) == _sql(explicit_joins(select(m.id, i.id).join(m.items)))
+    assert "orders.user_id" in _sql(made) and "items.order_id = orders.id" in _sql(made)
+
+
+def test_statement_without_relationship_joins_is_kept() -> None:
+    """A statement with explicit joins, or joins of unsharded models only, is returned as is."""
+    m, i = SHOP.sharded.Order, SHOP.sharded.Item
+    explicit = select(m.id).join(i, i.user_id == m.user_id)
+    twin = select(SHOP.twin.Order.id).join(SHOP.twin.Order.items)
+    assert explicit_joins(explicit) is explicit
+    assert explicit_nested_joins(twin) is twin
+
+
+def test_subquery_joins_are_made_explicit() -> None:
+    """A relationship join inside an IN subquery is made explicit too."""
+    m, i = SHOP.sharded.Order, SHOP.sharded.Item
+    inner = select(m.user_id).join(m.items).where(i.qty > 1)
+    made = explicit_nested_joins(select(m.id).where(m.user_id.in_(inner)))
+    assert "JOIN items ON items.user_id = orders.user_id AND items.order_id = orders.id" in _sql(
+        made
+    )
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+def test_join_through_binding_relationship_across_databases(filled: Filled, backend: str) -> None:
+    """Orders joined to their items through Order.items over two databases equal the twin."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        return select(w.Order.id, w.Item.id, w.Item.qty).join(w.Order.items)
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin and len(twin) == 60
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+def test_outer_join_with_criteria_counted(filled: Filled, backend: str) -> None:
+    """A count per user over outerjoin(Order.items.and_(qty > 2)) equals the twin."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        joined = w.Order.items.and_(w.Item.qty > 2)
+        return select(w.Order.user_id, func.count(w.Item.id)).outerjoin(joined).group_by(
+            w.Order.user_id
+        )
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin and sum(count for _, count in twin) > 0
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+def test_join_through_reference_relationship_ordered(filled: Filled, backend: str) -> None:
+    """Orders outer-joined to statuses through Order.status_row, ordered, equal the twin."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        statement = select(w.Order.id, w.Status.grp).outerjoin(w.Order.status_row)
+        return statement.order_by(w.Order.id.desc()).limit(7)
+
+    with world.session() as session:
+        twin = session.execute(build(shop.twin)).all()
+        got = session.execute(build(shop.sharded)).all()
+    assert got == twin and len(twin) == 7 and any(grp is None for _, grp in twin)
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+def test_keyed_relationship_join_reads_one_table(filled: Filled, backend: str) -> None:
+    """A relationship join with the shard key in WHERE runs on one table and equals the twin."""
+    shop, world = filled(backend, 2)
+    user = shop.sharded.Order.user_id
+
+    def build(w: Models) -> Any:
+        statement = select(w.Order.id, w.Item.qty).join(w.Order.items)
+        return statement.where(w.Order.user_id == world_user)
+
+    with world.session() as session:
+        world_user = session.scalars(select(user).order_by(user).limit(1)).one()
+        plan = explain(session, build(shop.sharded))
+    got, twin = both_rows(world, shop, build)
+    assert got == twin and twin
+    assert plan.refused is None and len(plan.statements) == 1
+
+
+def test_physical_class_relationship_is_refused(filled: Filled) -> None:
+    """join() through a physical class's relationship is refused before any SQL runs."""
+    shop, world = filled("sqlite", 2)
+    physical = sharded_model(shop.sharded.Order).classes[0]
+    with world.session() as session:
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="explicit ON clause"):
+            session.execute(select(physical.id).join(physical.items))
+    assert len(world.log) == 0
+
+
+def test_relationship_of_an_alias_is_refused(filled: Filled) -> None:
+    """join() through an aliased Order's relationship is refused before any SQL runs."""
+    shop, world = filled("sqlite", 2)
+    alias = aliased(shop.sharded.Order)
+    with world.session() as session:
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="alias"):
+            session.execute(select(alias.id).join(alias.items))
+    assert len(world.log) == 0
