@@ -35,9 +35,9 @@ table (or of an alias, or of a physical class), and plain unsharded tables joine
 databases (declare them :class:`~.reference.Reference` tables). Moving a row to another
 shard by changing its key is refused too. A merge orders and groups strings by code
 point, so it is refused where their collation compares otherwise (:mod:`~.collation`).
-Databases are queried concurrently and their rows merged as they stream (:mod:`~.sources`, :mod:`~.stream`),
-and without ``twophase=True`` a commit is per database (a partial failure raises
-:class:`~.commit_errors.PartialCommitError`).
+Databases are queried concurrently and their rows merged as they stream
+(:mod:`~.sources`, :mod:`~.stream`), and without ``twophase=True`` a commit is per
+database (a partial failure raises :class:`~.commit_errors.PartialCommitError`).
 
 ``python -m snowshard.demo`` runs this end to end on SQLite; ``examples/`` has the
 multi-database, time-range and async variants. Modules: :mod:`~.declare` (the
