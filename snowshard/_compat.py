@@ -480,6 +480,32 @@ def replacement_blocked(element: Any) -> bool:
     return "no_replacement_traverse" in getattr(element, "_annotations", ())
 
 
+def unblocked(element: Any) -> Any:
+    """``element`` without the ``no_replacement_traverse`` mark of :func:`replacement_blocked`,
+    its other annotations (the ORM entity it names) kept (``_deannotate``, all versions)."""
+    if not replacement_blocked(element):
+        return element
+    return element._deannotate(values=("no_replacement_traverse",), clone=True)
+
+
+def exists_select(element: Any) -> Any:
+    """The SELECT inside an ``EXISTS`` (``Exists.element``, a ``ScalarSelect`` whose
+    ``element`` is the SELECT, all versions), or None if it holds another shape."""
+    inner = getattr(getattr(element, "element", None), "element", None)
+    return inner if isinstance(inner, sqlalchemy.Select) else None
+
+
+def froms_of(select: Any) -> tuple[Any, ...]:
+    """The FROM entries a SELECT was given (``select_from()``: ``_from_obj``, all versions)."""
+    return tuple(select._from_obj)
+
+
+def correlation_exceptions_of(select: Any) -> tuple[Any, ...] | None:
+    """What ``correlate_except()`` named (``_correlate_except``, all versions), or None."""
+    found = select._correlate_except
+    return None if found is None else tuple(found)
+
+
 def blocked_froms(select: Any) -> list[Any]:
     """The FROM entries and correlation exceptions of a SELECT that ``replacement_traverse``
     leaves as they are (:func:`replacement_blocked`): relationship comparisons put their

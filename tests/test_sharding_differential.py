@@ -197,7 +197,9 @@ def _grouped(draw: Any) -> Case:
 
 
 def _nested(draw: Any) -> Case:
-    kinds = ["scalar", "exists_item", "in_notes", "exists_notes", "join", "in_keys"]
+    """Orders filtered by a subquery (scalar, EXISTS written out or built by ``.any()`` /
+    ``.has()``, IN), or joined to their items."""
+    kinds = ["scalar", "exists_item", "in_notes", "exists_notes", "join", "in_keys", "any", "has"]
     kind = draw(st.sampled_from(kinds))
     filters = _where(draw, None)
     # key IN (SELECT key ...): exact when grouped, if at all, by the key; refused otherwise
@@ -212,6 +214,11 @@ def _nested(draw: Any) -> Case:
         if kind == "exists_item":
             inner = select(i.id).where(i.user_id == m.user_id, i.order_id == m.id, i.qty > 3)
             return statement.where(exists(inner))
+        if kind == "any":  # Order.items.any(), as SQLAlchemy builds its EXISTS
+            return statement.where(~m.items.any() if negated else m.items.any(i.qty > 3))
+        if kind == "has":
+            r = w.Status
+            return statement.where(~m.status_row.has() if negated else m.status_row.has(r.rank > 1))
         if kind == "in_notes":
             return statement.where(m.user_id.in_(select(note.id)))
         if kind == "exists_notes":

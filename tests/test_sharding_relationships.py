@@ -226,22 +226,49 @@ def test_column_property_reading_a_sharded_model_is_refused(
 
 
 _COMPARISONS = {
-    "User.orders.any(criteria)": lambda: select(User).where(User.orders.any(Order.amount > 5)),
-    "User.orders.any()": lambda: select(User).where(User.orders.any()),
-    "Order.user.has(criteria)": lambda: select(Order).where(Order.user.has(User.email == "x")),
-    "Customer.orders.any()": lambda: select(Customer).where(Customer.orders.any()),
+    "User.orders.any(criteria)": (
+        lambda: select(User.id).where(User.orders.any(Order.amount > 5)),
+        lambda: select(User.id).where(exists().where(Order.user_id == User.id, Order.amount > 5)),
+    ),
+    "~User.orders.any(criteria)": (
+        lambda: select(User.id).where(~User.orders.any(Order.amount > 5)),
+        lambda: select(User.id).where(~exists().where(Order.user_id == User.id, Order.amount > 5)),
+    ),
+    "Order.user.has(criteria)": (
+        lambda: select(Order.id).where(Order.user.has(User.email == "user2@example.com")),
+        lambda: select(Order.id).where(
+            exists().where(User.id == Order.user_id, User.email == "user2@example.com")
+        ),
+    ),
+    "Customer.orders.any(criteria)": (
+        lambda: select(Customer.id).where(Customer.orders.any(Order.amount < 12)),
+        lambda: select(Customer.id).where(
+            exists().where(Order.user_id == Customer.id, Order.amount < 12)
+        ),
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(_COMPARISONS))
-def test_relationship_comparisons_are_refused(
+def test_relationship_comparison_equals_its_explicit_exists(
     shop: tuple[ShardedSession, SqlLog, list[int]], name: str
 ) -> None:
-    """.any() and .has() of a relationship into a sharded model keep naming its logical
-    table (SQLAlchemy marks their SQL as not to be rewritten): refused before any SQL."""
+    """.any() and .has() into a sharded model find the rows the EXISTS written out finds."""
     session, sql, _ = shop
+    comparison, written = _COMPARISONS[name]
+    found = sorted(session.scalars(comparison()))
+    assert found == sorted(session.scalars(written())) and found
+    assert not sql.logical
+
+
+def test_comparison_inside_a_comparison_is_refused(
+    shop: tuple[ShardedSession, SqlLog, list[int]],
+) -> None:
+    """.has() inside the criteria of .any() keeps SQLAlchemy's mark: refused before any SQL."""
+    session, sql, _ = shop
+    inner = Order.user.has(User.email.like("user%"))
     with pytest.raises(UnsupportedShardQuery, match="relationship comparison .* exists"):
-        session.execute(_COMPARISONS[name]())
+        session.execute(select(User).where(User.orders.any(inner)))
     assert len(sql) == 0
 
 

@@ -428,8 +428,11 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("refused", lambda w: select(w.Order.id, func.count().over())),
     ],
     "subquery, EXISTS or CTE on a sharded model correlated on the shard key with a model "
-    "sharded alike, or `key IN (SELECT key ...)` of such a model "
+    "sharded alike (a relationship's `.any()` / `.has()` included, read as the EXISTS "
+    "written out), or `key IN (SELECT key ...)` of such a model "
     "(`Order.user_id.in_(select(Item.user_id).where(...))`)": [
+        Example("exact", lambda w: select(w.Order.id).where(w.Order.items.any(w.Item.qty > 3))),
+        Example("exact", lambda w: select(w.Order.id).where(~w.Order.items.any(w.Item.qty > 3))),
         Example(
             "exact",
             lambda w: select(w.Order.id).where(
@@ -579,6 +582,9 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, w.Status.grp).join(w.Status, w.Status.code == w.Order.status),
         ),
         Example("exact", lambda w: select(w.Order.id, w.Status.grp).join(w.Order.status_row)),
+        Example(
+            "exact", lambda w: select(w.Order.id).where(w.Order.status_row.has(w.Status.rank > 1))
+        ),
         Example(
             "exact",
             lambda w: select(w.Order.id).where(

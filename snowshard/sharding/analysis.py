@@ -667,8 +667,9 @@ def check_outer_joins(statement: Any) -> None:
 
 def check_comparisons(statement: Any) -> None:
     """Refuse a relationship comparison (``Customer.orders.any(...)``, ``Order.user.has(
-    ...)``) that reads a sharded model: SQLAlchemy marks its criteria as not to be
-    rewritten, so they would keep naming the logical table, which no database holds."""
+    ...)``) that reads a sharded model and is still marked by SQLAlchemy as not to be
+    rewritten (:mod:`~snowshard.sharding.relationship_comparisons` rebuilds the others):
+    it would keep naming the logical table, which no database holds."""
     for item in walk(statement, nested=True):
         blocked = [item] if replacement_blocked(item) else []
         if isinstance(item, Select):
@@ -679,9 +680,10 @@ def check_comparisons(statement: Any) -> None:
                 continue
             raise UnsupportedShardQuery(
                 f"a relationship comparison (.any(), .has()) reading "
-                f"{', '.join(m.name for m in models)} is not supported: SQLAlchemy marks its SQL "
-                f"({describe(part)}) as not to be rewritten, so it would name the logical "
-                f"table, which no database holds; write the EXISTS with explicit "
+                f"{', '.join(m.name for m in models)} inside another one's criteria, or in a "
+                f"statement with with_loader_criteria(), is not supported: SQLAlchemy marks "
+                f"its SQL ({describe(part)}) as not to be rewritten, so it would name the "
+                f"logical table, which no database holds; write the EXISTS with explicit "
                 f"conditions, e.g. exists().where(Order.user_id == User.id, ...)"
             )
 

@@ -106,6 +106,7 @@ from snowshard.sharding.reference import (
     reference_target,
     write_copies,
 )
+from snowshard.sharding.relationship_comparisons import explicit_comparisons
 from snowshard.sharding.relationship_joins import explicit_joins, explicit_nested_joins
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
@@ -469,7 +470,7 @@ def plan_statement(
 ) -> Plan:
     """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
-    statement = explicit_nested_joins(statement)
+    statement = explicit_comparisons(explicit_nested_joins(statement))
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)
     check_loader_criteria(options_of(statement), found, statement)
