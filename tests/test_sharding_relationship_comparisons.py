@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import and_, exists, select
+from sqlalchemy import and_, exists, or_, select
 from sqlalchemy.orm import with_loader_criteria
 
 from snowshard.sharding import UnsupportedShardQuery
@@ -105,3 +105,16 @@ def test_any_of_a_model_the_query_joins_equals_twin(filled: Filled, backend: str
 
     got, twin = both_rows(world, shop, build)
     assert got == twin and twin
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+def test_any_with_or_criteria_equals_twin(filled: Filled, backend: str) -> None:
+    """.any(or_(...)), whose criteria SQLAlchemy puts in parentheses, equals the twin."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        either = or_(w.Item.qty == 1, w.Item.qty > 4)
+        return select(w.Order.id).where(w.Order.items.any(either), w.Order.amount > 2)
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin and 0 < len(twin) < 40

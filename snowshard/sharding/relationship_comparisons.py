@@ -25,7 +25,7 @@ from typing import Any, Optional
 from sqlalchemy import Select, exists
 from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import BooleanClauseList
+from sqlalchemy.sql.elements import BooleanClauseList, Grouping
 from sqlalchemy.sql.selectable import Exists
 from sqlalchemy.sql.visitors import replacement_traverse
 
@@ -62,9 +62,13 @@ def explicit_comparisons(statement: Any) -> Any:
 
 
 def _clauses(where: Any) -> list[Any]:
+    """The conditions ANDed in a WHERE clause, each out of its parentheses (SQLAlchemy puts
+    them back where precedence needs them)."""
     if isinstance(where, BooleanClauseList) and where.operator is operators.and_:
-        return list(where.clauses)
-    return [] if where is None else [where]
+        found = list(where.clauses)
+    else:
+        found = [] if where is None else [where]
+    return [c.element if isinstance(c, Grouping) else c for c in found]
 
 
 def _comparison(element: Any) -> Optional[Select[Any]]:
