@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sqlalchemy import Select, exists
-from sqlalchemy.orm import LoaderCriteriaOption
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BooleanClauseList, Grouping
 from sqlalchemy.sql.selectable import Exists
@@ -35,11 +34,11 @@ from snowshard._compat import (
     deannotated,
     exists_select,
     froms_of,
-    options_of,
     replacement_blocked,
     unblocked,
 )
 from snowshard.sharding.analysis import from_entries, models_named, nested_selects, walk
+from snowshard.sharding.criteria import criteria_of
 
 __all__ = ["explicit_comparisons"]
 
@@ -47,16 +46,21 @@ __all__ = ["explicit_comparisons"]
 def explicit_comparisons(statement: Any) -> Any:
     """``statement`` with each relationship comparison of a sharded model rebuilt as a
     plain ``EXISTS`` (module docstring); ``statement`` itself when it has none."""
-    if any(isinstance(o, LoaderCriteriaOption) for o in options_of(statement)):
+    if criteria_of(statement):
         return statement
-    found = [e for e in walk(statement, nested=True) if _comparison(e) is not None]
+    found: dict[int, Select[Any]] = {}
+    for element in walk(statement, nested=True):
+        inner = _comparison(element)
+        if inner is not None:
+            found[id(element)] = inner
     if not found:
         return statement
 
     def replace(element: Any) -> Any:
-        if any(element is f for f in found):
-            return _rebuilt(element, _named_elsewhere(statement, element))
-        return None
+        inner = found.get(id(element))
+        if inner is None:
+            return None
+        return _rebuilt(inner, _named_elsewhere(statement, inner))
 
     return replacement_traverse(statement, {}, replace)  # type: ignore[call-overload]
 
@@ -85,11 +89,9 @@ def _comparison(element: Any) -> Optional[Select[Any]]:
     return inner
 
 
-def _named_elsewhere(statement: Any, element: Exists) -> bool:
-    """Whether a FROM entry of ``element``'s SELECT is also a FROM entry of a SELECT (or the
-    table of an UPDATE or DELETE) of ``statement`` outside ``element``."""
-    inner = exists_select(element)
-    assert inner is not None
+def _named_elsewhere(statement: Any, inner: Select[Any]) -> bool:
+    """Whether a FROM entry of ``inner`` (a comparison's SELECT) is also a FROM entry of a
+    SELECT (or the table of an UPDATE or DELETE) of ``statement`` outside it."""
     mine = {deannotated(f) for f in froms_of(inner)}
     inside = {id(s) for s in (inner, *nested_selects(inner))}
     for select in (statement, *nested_selects(statement)):
@@ -98,16 +100,15 @@ def _named_elsewhere(statement: Any, element: Exists) -> bool:
     return False
 
 
-def _rebuilt(element: Exists, correlate_by_hand: bool) -> Any:
-    """``element``'s EXISTS as written by hand: its conditions and FROM entries without the
-    mark (a comparison inside its criteria keeps its own, and is refused).
+def _rebuilt(inner: Select[Any], correlate_by_hand: bool) -> Any:
+    """The EXISTS of a comparison's SELECT ``inner`` as written by hand: its conditions and
+    FROM entries without the mark (a comparison inside its criteria keeps its own, and is
+    refused).
 
     SQLAlchemy sets its correlation by hand (everything but the target's table), which is
     what automatic correlation does when no enclosing SELECT names that table: then it is
     left automatic, as an application writes it (and as the planner reads it); otherwise
     it is kept (and the planner counts every model it names as read inside)."""
-    inner = exists_select(element)
-    assert inner is not None
     made = exists().where(*[unblocked(c) for c in _clauses(inner.whereclause)])
     made = made.select_from(*[unblocked(f) for f in froms_of(inner)])
     excepted = correlation_exceptions_of(inner)

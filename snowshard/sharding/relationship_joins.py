@@ -62,11 +62,11 @@ def explicit_joins(statement: Any) -> Any:
 def explicit_nested_joins(statement: Any) -> Any:
     """:func:`explicit_joins` of ``statement`` and of every SELECT inside it (subqueries,
     EXISTS, CTEs); ``statement`` itself when none has such a join."""
-    inner = [s for s in nested_selects(statement) if _follows_relationships(s)]
+    inner = {id(s) for s in nested_selects(statement) if _follows_relationships(s)}
     if inner:
 
         def replace(element: Any) -> Any:
-            if element is not statement and any(element is s for s in inner):
+            if element is not statement and id(element) in inner:
                 return explicit_nested_joins(element)
             return None
 
@@ -75,24 +75,35 @@ def explicit_nested_joins(statement: Any) -> Any:
 
 
 def _follows_relationships(statement: Any) -> bool:
-    return any(_explicit(join) is not None for join in joins_of(statement))
+    return any(_followed(join) is not None for join in joins_of(statement))
 
 
-def _explicit(join: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
-    """The explicit form of one ``join()`` tuple, or None to leave it as it is."""
-    target, onclause, from_, flags = join[:4]
+def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any], Any]]:
+    """``(relationship, attribute)`` of a ``join()`` tuple this module rewrites, or None:
+    a relationship of :func:`_relationship`, into its own target, without ``of_type()``."""
+    target, onclause = join[:2]
     attribute, named = (target, None) if onclause is None else (onclause, target)
     prop = _relationship(attribute)
     if prop is None or (named is not None and parent_entity(named) is not prop.mapper):
         return None
-    criteria, of_type = relationship_join_extras(attribute)
-    if of_type is not None:
+    if relationship_join_extras(attribute)[1] is not None:
+        return None  # of_type()
+    return prop, attribute
+
+
+def _explicit(join: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+    """The explicit form of one ``join()`` tuple, or None to leave it as it is."""
+    followed = _followed(join)
+    if followed is None:
         return None
+    prop, attribute = followed
     on = _on_clause(prop)
     if on is None:
         return None
+    criteria = relationship_join_extras(attribute)[0]
     if criteria:
         on = and_(on, *criteria)
+    from_, flags = join[2:4]
     left = from_ if from_ is not None else prop.parent.class_
     return explicit_join(left, prop.mapper.class_, on, dict(flags))
 
