@@ -85,6 +85,7 @@ __all__ = [
     "orm_pre_execute",
     "plugin_subject_of",
     "prefixes_of",
+    "raw_columns_of",
     "register_renderer",
     "set_alembic_reverse",
     "set_plugin_subject",
@@ -124,6 +125,12 @@ def limit_offset_of(statement: Any) -> tuple[int | None, int | None]:
     Raises :class:`sqlalchemy.exc.CompileError` when either is an expression.
     """
     return statement._limit, statement._offset
+
+
+def raw_columns_of(statement: Any) -> Sequence[Any]:
+    """A SELECT's columns clause as written (``_raw_columns``, all versions): unlike
+    ``selected_columns``, it keeps ``text()`` entries, which name no column."""
+    return tuple(statement._raw_columns)
 
 
 def order_by_of(statement: Any) -> Sequence[Any]:

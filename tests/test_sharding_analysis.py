@@ -15,8 +15,10 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.orm import DeclarativeBase, mapped_column
@@ -794,3 +796,56 @@ def test_select_exists_of_a_per_shard_answer_is_refused(shop: Setup) -> None:
         lambda o: select(o.id, exists().where(o.amount > 11)),
     ):
         _refused(shop, build, "subquery")
+
+
+# --------------------------------------------------------------------------- SELECT *
+
+_STARS = {
+    "literal_column('*')": lambda o: select(literal_column("*")).select_from(o),
+    "text('*')": lambda o: select(text("*")).select_from(o),
+    "orders.*": lambda o: select(literal_column("orders.*")).select_from(o),
+    "* beside a column": lambda o: select(literal_column("*")).select_from(o).where(o.amount > 1),
+    "* in a derived table": lambda o: select(
+        select(literal_column("*")).select_from(o).subquery()
+    ),
+    "* over an IN list": lambda o: select(literal_column("*"))
+    .select_from(o)
+    .where(o.user_id.in_(USERS[:3])),
+}
+
+
+@pytest.mark.parametrize("name", list(_STARS))
+def test_star_over_the_tables_of_one_database_is_refused(one_db: Setup, name: str) -> None:
+    """SELECT * over a UNION ALL of one database's tables would also return the union's
+    own column (one more than one table's): refused by name before any SQL."""
+    _refused(one_db, _STARS[name], r"SELECT .*\* over several tables")
+
+
+@pytest.mark.parametrize("name", list(_STARS))
+def test_star_across_databases_is_refused(two_db: Setup, name: str) -> None:
+    """SELECT * merged across databases is refused by name before any SQL (it once failed
+    inside SQLAlchemy with an AttributeError)."""
+    _refused(two_db, _STARS[name], r"SELECT .*\* over several tables")
+
+
+def test_star_on_one_shard_equals_one_table(shop: Setup) -> None:
+    """SELECT * of one user's orders reads one table, whose columns are one table's."""
+    got, twin = _both(
+        shop, lambda o: select(literal_column("*")).select_from(o).where(o.user_id == USERS[0])
+    )
+    assert got == twin and len(got) > 0 and len(got[0]) == 4
+
+
+def test_star_inside_exists_equals_one_table(shop: Setup) -> None:
+    """EXISTS (SELECT * ...) correlated on the shard key is exact: its columns are not read."""
+    got, twin = _joined(
+        shop,
+        lambda o, i: select(o.id).where(
+            exists(
+                select(literal_column("*"))
+                .select_from(i)
+                .where(i.user_id == o.user_id, i.order_id == o.id, i.qty > 2)
+            )
+        ),
+    )
+    assert got == twin and 0 < len(got) < len(_joined(shop, lambda o, i: select(o.id))[1])

@@ -627,6 +627,24 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, w.Note.label).join(w.Note, w.Note.id == w.Order.user_id),
         ),
     ],
+    '`SELECT *` (`literal_column("*")`, `text("*")`, `"orders.*"`)': [
+        Example(
+            "exact",
+            lambda w: select(literal_column("*")).select_from(w.Order).where(w.Order.user_id == 7),
+        ),
+        Example(
+            "exact",
+            lambda w: select(w.Order.id).where(
+                exists(
+                    select(literal_column("*"))
+                    .select_from(w.Item)
+                    .where(w.Item.user_id == w.Order.user_id, w.Item.order_id == w.Order.id)
+                )
+            ),
+        ),
+        Example("refused", lambda w: select(literal_column("*")).select_from(w.Order), whole=True),
+        Example("refused", lambda w: select(literal_column("*")).select_from(w.Order)),
+    ],
     "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
     "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, SQL text "
     "(`text()`, `literal_column()`) in ORDER BY, `aliased()` "

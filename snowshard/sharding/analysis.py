@@ -30,6 +30,9 @@ Rules that hold in every way of running:
   other) must be tied by an equality of their shard keys, in an ON clause or WHERE: they
   are read table by table;
 * an alias of a sharded model (``aliased(Order)``) is refused: it names the logical table;
+* ``*`` among the columns (``literal_column("*")``, ``text("*")``, ``"orders.*"``) is
+  refused outside an EXISTS unless the statement reads one table: a UNION ALL of a
+  database's tables has a column of its own, which ``*`` would return as well;
 * unsharded tables live in one database: joined with or filtering a sharded model, they
   are exact only where that database is the one the sharded tables are read in;
 * an outer join that keeps the rows of an unsharded or reference table whatever a sharded
@@ -55,6 +58,7 @@ from sqlalchemy.sql.elements import (
     Grouping,
     Label,
     Over,
+    TextClause,
     UnaryExpression,
     WithinGroup,
 )
@@ -81,6 +85,7 @@ from snowshard._compat import (
     having_of,
     limit_offset_of,
     prefixes_of,
+    raw_columns_of,
     replacement_blocked,
     suffixes_of,
     syntax_extensions_of,
@@ -98,6 +103,7 @@ __all__ = [
     "check_joined_on_keys",
     "check_nested",
     "check_outer_joins",
+    "check_star_columns",
     "describe",
     "exists_selects",
     "from_entries",
@@ -699,6 +705,34 @@ def check_aliases(statement: Any) -> None:
                 "supported: it names the logical table, which no database holds; write the "
                 "query without the alias, or run two queries"
             )
+
+
+def _is_star(column: Any) -> bool:
+    """Whether a columns-clause entry is SQL's ``*`` or ``table.*``, as SQL text."""
+    column = _plain(column)
+    if isinstance(column, ColumnClause) and column.is_literal:
+        return column.name.rstrip().endswith("*")
+    return isinstance(column, TextClause) and column.text.rstrip().endswith("*")
+
+
+def check_star_columns(statement: Any) -> None:
+    """Refuse ``*`` among the columns of any SELECT of ``statement`` but those an EXISTS
+    tests (their columns are never read). Called for statements that read more than one
+    table: the columns ``*`` stands for depend on the FROM list each source runs, and a
+    UNION ALL of one database's tables carries a column of its own."""
+    tested = {id(q) for item in walk(statement, nested=True) if isinstance(item, Exists)
+              for q in nested_selects(item)}  # fmt: skip
+    for query in (statement, *nested_selects(statement)):
+        if id(query) in tested or not isinstance(query, Select):
+            continue
+        for column in raw_columns_of(query):
+            if _is_star(column):
+                raise UnsupportedShardQuery(
+                    f"SELECT {describe(column)} over several tables is not supported: the "
+                    "columns it stands for depend on the tables each database reads (a UNION "
+                    "ALL of a database's tables has a column of its own); name the columns "
+                    "instead, e.g. select(Order) or select(Order.id, Order.amount)"
+                )
 
 
 def unsharded_tables(statement: Any) -> list[Table]:

@@ -55,6 +55,7 @@ from snowshard._compat import (
 )
 from snowshard.sharding.analysis import (
     check_aliases,
+    check_star_columns,
     check_comparisons,
     check_joined_on_keys,
     check_nested,
@@ -316,6 +317,7 @@ def plan_select(
             f"{type(statement).__name__} statements across several shards are not supported; "
             "query each model with select()"
         )
+    check_star_columns(statement)
     databases = {db: tuple(i) for db, i in lead.spec.databases.items() if i}
     # loader options name the logical class, which a union entity is not; physical classes
     # (one statement per shard) are its subclasses, so the options apply to them. A locking
