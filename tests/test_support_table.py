@@ -118,6 +118,10 @@ def _through_alias(order: Any) -> Any:
     return select(order.id).join(order.items)
 
 
+def _page_of_subquery(subquery: Any) -> Any:
+    return select(subquery).order_by(subquery.c.amount.desc(), subquery.c.id).limit(4)
+
+
 def _legacy_count(model: Any, condition: Any) -> Any:
     """The statement ``Query.count()`` runs for a query with loader criteria: the option on
     the subquery it counts and on the count itself."""
@@ -626,6 +630,13 @@ EXAMPLES: dict[str, list[Example]] = {
             "refused",
             lambda w: select(w.Order.id, w.Note.label).join(w.Note, w.Note.id == w.Order.user_id),
         ),
+    ],
+    "a FROM entry selected whole: `select(Order.__table__)`, `Order.__table__.select()`, "
+    "`select(subquery)`, `select(cte)`": [
+        Example("exact", lambda w: select(w.Order.__table__), whole=True),
+        Example("exact", lambda w: w.Order.__table__.select().where(w.Order.amount > 3)),
+        Example("exact", lambda w: select(select(w.Order).where(w.Order.amount > 2).cte())),
+        Example("merged", lambda w: _page_of_subquery(select(w.Order).subquery()), ordered=True),
     ],
     '`SELECT *` (`literal_column("*")`, `text("*")`, `"orders.*"`)': [
         Example(

@@ -112,6 +112,7 @@ from snowshard.sharding.relationship_joins import explicit_joins, explicit_neste
 from snowshard.sharding.rewrite import Target, narrow, retarget
 from snowshard.sharding.routing import Route, find_models, route
 from snowshard.sharding.sources import database_connections, merge_ranker, run_merged
+from snowshard.sharding.spelled_columns import spelled_columns
 
 __all__ = [
     "DIRECT_MAPPER",
@@ -472,7 +473,7 @@ def plan_statement(
 ) -> Plan:
     """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
-    statement = explicit_comparisons(explicit_nested_joins(statement))
+    statement = spelled_columns(explicit_comparisons(explicit_nested_joins(statement)))
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)
     check_loader_criteria(options_of(statement), found, statement)
