@@ -116,3 +116,14 @@ def test_orm_entity_is_left_to_the_orm(setup: Setup) -> None:
     with setup.session() as session:
         loaded = session.scalars(statement).all()
     assert loaded and all(isinstance(order, s.Order) for order in loaded)
+
+
+def test_aggregates_are_not_spelled_out(setup: Setup) -> None:
+    """func.sum(...) is a FROM entry to SQLAlchemy too (table-valued use); it stays a column."""
+    s = setup.schema
+    statement = select(s.Order.user_id, func.sum(s.Order.amount)).group_by(s.Order.user_id)
+    assert spelled_columns(statement) is statement
+    got, twin = _both(
+        setup, lambda m: select(m.user_id, func.sum(m.amount)).group_by(m.user_id)
+    )
+    assert got == twin and got and {len(row) for row in got} == {2}

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Select
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import FromClause
 
 from snowshard._compat import orm_annotated, raw_columns_of
@@ -27,9 +28,15 @@ __all__ = ["spelled_columns"]
 
 
 def _whole(entry: Any) -> bool:
-    """Whether a columns-clause entry is a FROM entry naming a sharded model, not an ORM
-    entity."""
-    return isinstance(entry, FromClause) and not orm_annotated(entry) and bool(models_named(entry))
+    """Whether a columns-clause entry is a FROM entry naming a sharded model: not an ORM
+    entity, nor a SQL function (``func.sum(...)`` is a FROM entry too, for table-valued use,
+    and a column first)."""
+    return (
+        isinstance(entry, FromClause)
+        and not isinstance(entry, ColumnElement)
+        and not orm_annotated(entry)
+        and bool(models_named(entry))
+    )
 
 
 def _spelled(select: Select[Any]) -> Select[Any]:
