@@ -144,8 +144,10 @@ def _slow(Order: Any) -> Any:
 
 @pytest.mark.postgres
 def test_databases_are_queried_at_the_same_time(pg_world: tuple[World, Shop]) -> None:
-    """Four databases that each take SLEEP seconds answer in about SLEEP, not 4 x SLEEP, and
-    their statements overlap in time."""
+    """The statements of four databases that each take SLEEP seconds overlap in time: each
+    starts before any ends (one after another, the first would end before the last starts).
+    Wall time is not asserted here: on a busy CI VM this call once took 3.1 s for 0.5 s
+    statements, longer than one after another would; the benchmarks measure it."""
     world, shop = pg_world
     spans: dict[str, list[float]] = {}
 
@@ -158,11 +160,8 @@ def test_databases_are_queried_at_the_same_time(pg_world: tuple[World, Shop]) ->
     with world.session() as session:
         session.execute(_warm(shop.Order)).all()  # connections opened before the timing
         spans.clear()
-        start = time.perf_counter()
         rows = session.execute(_slow(shop.Order)).all()
-        took = time.perf_counter() - start
-    assert len(rows) == 2 * USERS
-    assert took < 2.5 * SLEEP
+    assert len(rows) == 2 * USERS and len(spans) == 4
     latest_start = max(s[0] for s in spans.values())
     earliest_end = min(s[-1] for s in spans.values())
     assert latest_start < earliest_end  # all four statements were running at once
