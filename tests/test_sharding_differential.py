@@ -87,6 +87,8 @@ class Case:
     """The :data:`KNOWN_BUGS` this statement runs into."""
     postgres_only: bool = False
     """Whether the statement is PostgreSQL's own SQL (DISTINCT ON)."""
+    filter_clause: bool = False
+    """Whether the statement aggregates with FILTER, which MariaDB does not have."""
     criteria: str = ""
     """The :data:`CRITERIA` the statement carries, if any."""
     first: bool = False
@@ -173,8 +175,21 @@ _AGGREGATES: list[Callable[[Any], Any]] = [
 ]
 
 
+_FILTERED: list[Callable[[Any], Any]] = [
+    lambda m: func.count().filter(m.amount > 5),
+    lambda m: func.sum(m.amount).filter(m.status.is_not(None)),
+    lambda m: func.avg(m.amount).filter(m.user_id != USERS[1]),
+    lambda m: func.min(m.status).filter(m.amount < 6),
+    lambda m: func.max(m.amount).filter(m.amount < 9) - func.min(m.amount),
+    lambda m: func.sum(m.amount).filter(m.amount > 2) / func.count().filter(m.amount > 2),
+    lambda m: func.count(m.status.distinct()).filter(m.amount > 1),
+]
+"""Aggregates with FILTER (SQLite and PostgreSQL)."""
+
+
 def _grouped(draw: Any) -> Case:
     aggs = draw(st.lists(st.sampled_from(range(len(_AGGREGATES))), min_size=1, max_size=3))
+    filtered = draw(st.lists(st.sampled_from(range(len(_FILTERED))), max_size=2))
     key = draw(st.sampled_from([None, "status", "user_id"]))
     shown = key is not None and draw(st.booleans())
     having = key is not None and draw(st.booleans())
@@ -184,6 +199,7 @@ def _grouped(draw: Any) -> Case:
     def build(w: Models) -> Any:
         m = w.Order
         cols = ([getattr(m, key)] if shown and key else []) + [_AGGREGATES[a](m) for a in aggs]
+        cols += [_FILTERED[a](m) for a in filtered]
         statement = select(*cols).select_from(m).where(*[f(m) for f in filters])
         if key is not None:
             statement = statement.group_by(getattr(m, key))
@@ -193,7 +209,7 @@ def _grouped(draw: Any) -> Case:
             statement = statement.order_by(getattr(m, key))
         return statement
 
-    return Case(build, [0] if ordered else [], ordered)
+    return Case(build, [0] if ordered else [], ordered, filter_clause=bool(filtered))
 
 
 def _nested(draw: Any) -> Case:
@@ -557,6 +573,8 @@ def compare(setup: Setup, case_: Case) -> None:
     if any(KNOWN_BUGS[bug](setup.world) for bug in case_.bugs if bug in KNOWN_BUGS):
         reject()
     if case_.postgres_only and not setup.name.startswith("postgresql"):
+        reject()
+    if case_.filter_clause and setup.name.startswith("mysql"):
         reject()
     sharded_statement = case_.build(setup.shop.sharded)
     if case_.first:

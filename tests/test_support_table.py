@@ -130,6 +130,10 @@ def _legacy_count(model: Any, condition: Any) -> Any:
     return select(func.count()).select_from(inner).options(option)
 
 
+_FILTER_BACKENDS = ("sqlite", "postgresql")
+"""The databases that have FILTER (MariaDB has not)."""
+
+
 EXAMPLES: dict[str, list[Example]] = {
     "filters on any column, IN lists, per-row functions (a known list)": [
         Example("exact", lambda w: select(w.Order.id).where(w.Order.amount > 5)),
@@ -337,6 +341,37 @@ EXAMPLES: dict[str, list[Example]] = {
                 func.avg(w.Order.amount),
             ),
         )
+    ],
+    "aggregates with FILTER (`func.count().filter(Order.amount > 5)`; SQLite and "
+    "PostgreSQL, MariaDB has no FILTER)": [
+        Example(
+            "merged",
+            lambda w: select(func.count().filter(w.Order.amount > 3), func.count()),
+            backends=_FILTER_BACKENDS,
+        ),
+        Example(
+            "merged",
+            lambda w: select(
+                w.Order.status,
+                func.avg(w.Order.amount).filter(w.Order.user_id > 5),
+                func.min(w.Order.status).filter(w.Order.amount < 5),
+            )
+            .group_by(w.Order.status)
+            .having(func.sum(w.Order.amount).filter(w.Order.amount > 1) > 3)
+            .order_by(func.max(w.Order.amount).filter(w.Order.amount < 8), w.Order.status),
+            ordered=True,
+            backends=_FILTER_BACKENDS,
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.count(distinct(w.Order.status)).filter(w.Order.amount > 3)),
+            backends=_FILTER_BACKENDS,
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.string_agg(w.Order.status, ",").filter(w.Order.amount > 3)),
+            backends=("postgresql",),
+        ),
     ],
     "COUNT(DISTINCT x), SUM/AVG/MIN/MAX(DISTINCT x)": [
         Example("merged", lambda w: select(func.count(distinct(w.Order.user_id)))),
@@ -656,12 +691,11 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("refused", lambda w: select(literal_column("*")).select_from(w.Order), whole=True),
         Example("refused", lambda w: select(literal_column("*")).select_from(w.Order)),
     ],
-    "FILTER / WITHIN GROUP, unknown functions, whole entities in grouped "
+    "WITHIN GROUP, unknown functions, whole entities in grouped "
     "queries, FETCH FIRST, row values (`tuple_()`) in ORDER BY or GROUP BY, SQL text "
     "(`text()`, `literal_column()`) in ORDER BY, `aliased()` "
     "of a sharded model, joins of models sharded differently or through a relationship "
     "with a `secondary` table, of an alias, of a physical class or from a model to itself": [
-        Example("refused", lambda w: select(func.count().filter(w.Order.amount > 3))),
         Example(
             "refused",
             lambda w: select(func.percentile_cont(0.5).within_group(w.Order.amount)),

@@ -107,6 +107,7 @@ __all__ = [
     "describe",
     "exists_selects",
     "from_entries",
+    "filtered_aggregate",
     "function_kind",
     "models_in_subqueries",
     "models_named",
@@ -117,7 +118,7 @@ __all__ = [
 ]
 
 AGGREGATES = frozenset({"count", "sum", "min", "max", "avg"})
-"""Aggregates merged across shards (without DISTINCT or FILTER)."""
+"""Aggregates merged across shards (also with FILTER, but then without DISTINCT)."""
 
 IN_OPERATORS = (operators.in_op, operators.not_in_op)
 """The operators of ``IN`` and ``NOT IN``."""
@@ -157,6 +158,24 @@ def function_kind(element: FunctionElement[Any]) -> str:
     if name in ROW_FUNCTIONS:
         return "row"
     return "unknown"
+
+
+def filtered_aggregate(element: Any) -> Optional[FunctionElement[Any]]:
+    """The aggregate of ``element`` when it is one the merge combines with a FILTER
+    (``func.count().filter(x > 1)``): count, sum, min, max or avg, without DISTINCT;
+    None for anything else. Each source then aggregates only its rows that pass the
+    filter, which combine as the rows of one table would."""
+    if not isinstance(element, FunctionFilter):
+        return None
+    function = element.func
+    if not isinstance(function, FunctionElement) or function_kind(function) != "aggregate":
+        return None
+    if any(
+        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
+        for a in function.clauses
+    ):
+        return None
+    return function
 
 
 def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:
@@ -806,10 +825,13 @@ def check_row_expression(
             # the window function itself (row_number, rank, count...) runs per partition;
             # only its PARTITION BY and ORDER BY expressions are checked further
             stack = [c for c in stack if c is not item.element]
+        elif isinstance(item, FunctionFilter) and filtered_aggregate(item) is not None:
+            continue  # its aggregate (a child) and its condition, per row, are checked
         elif isinstance(item, (WithinGroup, FunctionFilter)):
             raise UnsupportedShardQuery(
-                f"{describe(item)} across shards: ordered-set aggregates and FILTER are not "
-                "merged; route the query to one shard or compute it in Python"
+                f"{describe(item)} across shards: ordered-set aggregates (WITHIN GROUP) and "
+                "FILTER of other aggregates than count, sum, min, max and avg, or of DISTINCT "
+                "values, are not merged; route the query to one shard or compute it in Python"
             )
         elif isinstance(item, FunctionElement):
             kind = function_kind(item)

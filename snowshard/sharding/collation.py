@@ -219,8 +219,10 @@ def _carriers(element: Any) -> Iterable[Any]:
     (a ``type_coerce``'s, a CAST's expression)."""
     if isinstance(element, Case):
         return [*(result for _, result in element.whens), element.else_]
-    if isinstance(element, (Over, WithinGroup, FunctionFilter)):
+    if isinstance(element, (Over, WithinGroup)):
         return [element.element]
+    if isinstance(element, FunctionFilter):  # its aggregate's value, not its condition's
+        return [element.func]
     if isinstance(element, ScalarSelect):
         return list(element.element.selected_columns)[:1]
     if isinstance(element, SelectBase):
@@ -468,14 +470,21 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     return None
 
 
+def _function(aggregate: Any) -> Any:
+    """The function of an aggregate, under its FILTER if it has one."""
+    return aggregate.func if isinstance(aggregate, FunctionFilter) else aggregate
+
+
 def extreme_weight(aggregate: Any, dialect: str) -> Any:
     """What each source sends beside ``MIN(x)``/``MAX(x)`` for a merge to pick the least or
     greatest of their values: None where Python orders ``x`` as the database does (or it
     is no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, the
     :class:`~snowshard._compat.PaddedWeight` of the aggregate's value; otherwise refused
     as :func:`check_strings` refuses."""
-    what = str(aggregate.name).upper()
-    weights = [weight_of(argument, dialect, ORDERING, what) for argument in aggregate.clauses]
+    what = str(_function(aggregate).name).upper()
+    weights = [
+        weight_of(argument, dialect, ORDERING, what) for argument in _function(aggregate).clauses
+    ]
     found = next((w for w in weights if w is not None), None)
     return None if found is None else PaddedWeight(bare(aggregate), found.length)
 
@@ -525,7 +534,7 @@ def server_order(element: Any, dialect: str) -> ServerOrder | None:
 def extreme_order(aggregate: Any, dialect: str) -> ServerOrder | None:
     """:func:`server_order` of the argument of ``MIN(x)``/``MAX(x)``: how a merge picks the
     least or greatest of the sources' values where Python cannot compare them."""
-    found = [server_order(argument, dialect) for argument in aggregate.clauses]
+    found = [server_order(argument, dialect) for argument in _function(aggregate).clauses]
     return next((order for order in found if order is not None), None)
 
 

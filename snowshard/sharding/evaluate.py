@@ -27,6 +27,7 @@ from sqlalchemy.sql.elements import (
     Cast,
     ClauseList,
     False_,
+    FunctionFilter,
     Grouping,
     Label,
     Null,
@@ -38,7 +39,7 @@ from sqlalchemy.sql.selectable import Exists
 from sqlalchemy.types import Integer
 
 from snowshard._compat import LabelReference, plugin_subject_of
-from snowshard.sharding.analysis import describe, function_kind, walk
+from snowshard.sharding.analysis import describe, filtered_aggregate, function_kind, walk
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
@@ -163,26 +164,35 @@ class Atoms:
     def key(self, element: Any) -> Optional[int]:
         return self._find(bare(element), None)
 
-    def aggregate(self, element: FunctionElement[Any]) -> int:
-        name = str(element.name).lower()
+    def aggregate(self, element: FunctionElement[Any] | FunctionFilter[Any]) -> int:
+        """The helper of an aggregate, or of one with a FILTER (:func:`filtered_aggregate`:
+        each source aggregates the rows that pass it, combined like the aggregate's)."""
+        function = filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
+        if function is None:
+            raise _refuse(
+                element, "FILTER is merged over count, sum, min, max and avg of values only"
+            )
+        name = str(function.name).lower()
         distinct = [
             argument
-            for argument in element.clauses
+            for argument in function.clauses
             if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op
         ]
         if distinct:
-            return self._distinct(element, name, distinct)
+            return self._distinct(function, name, distinct)
         found = self._find(element, name)
         if found is not None:
             return found
         index = self._add(element, name)
         if name == "avg":
-            from sqlalchemy import func
-
-            (argument,) = element.clauses
-            total = self._add(func.sum(argument), "avg_sum")
-            count = self._add(func.count(argument), "avg_count")
-            self.averages.append((total, count, index))
+            (argument,) = function.clauses
+            total: Any = func.sum(argument)
+            count: Any = func.count(argument)
+            if isinstance(element, FunctionFilter):  # both over the rows the filter keeps
+                total, count = total.filter(element.criterion), count.filter(element.criterion)
+            self.averages.append(
+                (self._add(total, "avg_sum"), self._add(count, "avg_count"), index)
+            )
         return index
 
     def _distinct(self, element: FunctionElement[Any], name: str, arguments: list[Any]) -> int:
@@ -292,6 +302,9 @@ def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
         return lambda values: values[key]
     if isinstance(plain, FunctionElement):
         return _function(plain, atoms)
+    if isinstance(plain, FunctionFilter):
+        index = atoms.aggregate(plain)
+        return lambda values: values[index]
     if isinstance(plain, BindParameter):
         constant = plain.effective_value
         return lambda values: constant

@@ -8,7 +8,9 @@ The rules:
 * aggregates: each source returns the GROUP BY keys (selected or not) and the aggregates
   (:class:`~snowshard.sharding.evaluate.Atoms`); ``COUNT`` and ``SUM`` add up (SUM is NULL
   if every source is NULL), ``MIN``/``MAX`` take the least/greatest, ``AVG`` is rebuilt
-  from ``SUM``/``COUNT``. The groups are merged by key; then the selected expressions,
+  from ``SUM``/``COUNT``; each also with a FILTER (each source aggregates the rows that
+  pass it; a filtered AVG from a SUM and a COUNT under the same filter). The groups are
+  merged by key; then the selected expressions,
   ``HAVING`` and ``ORDER BY`` (arithmetic, comparisons, ``CASE`` and ``COALESCE`` over
   aggregates and keys) are computed in Python (:mod:`~snowshard.sharding.evaluate`),
   followed by DISTINCT, OFFSET and LIMIT.
@@ -64,6 +66,7 @@ from sqlalchemy.sql.elements import (
     Case,
     ColumnClause,
     ColumnElement,
+    FunctionFilter,
     Label,
     TextClause,
     Tuple,
@@ -89,6 +92,7 @@ from snowshard.sharding.analysis import (
     check_row_expression,
     describe,
     exists_selects,
+    filtered_aggregate,
     null_extended_tables,
     selected_entities,
     walk,
@@ -751,8 +755,9 @@ def _ranked_reader(index: int, table: dict[str, int]) -> Callable[[Sequence[Any]
 
 
 def _is_extreme(element: Any) -> bool:
-    """Whether ``element`` is ``MIN(...)`` or ``MAX(...)``."""
-    return isinstance(element, FunctionElement) and str(element.name).lower() in ("min", "max")
+    """Whether ``element`` is ``MIN(...)`` or ``MAX(...)``, with a FILTER or without."""
+    function = filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
+    return isinstance(function, FunctionElement) and str(function.name).lower() in ("min", "max")
 
 
 class _ByRank:
@@ -804,8 +809,8 @@ def _ordered_strings(
         for part in walk(expression):
             if isinstance(part, BinaryExpression) and part.operator in _ORDERING_OPERATORS:
                 yield from (part.left, part.right)
-            elif _is_extreme(part):
-                yield from part.clauses
+            elif _is_extreme(part) and isinstance(part, FunctionElement):
+                yield from part.clauses  # (under a FILTER, the walk reaches the function)
 
 
 def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
