@@ -31,6 +31,7 @@ from sqlalchemy.sql.selectable import _OffsetLimitParam
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
+    "EXPLICIT_JOINS_TAKE_CRITERIA",
     "UPSERT_CLAUSES_RETARGETED",
     "KeyedSubquery",
     "LabelReference",
@@ -328,6 +329,11 @@ def criteria_condition(option: Any, entity: Any) -> Any:
         return option._where_crit_orig(entity)
     return option.where_criteria
 
+
+EXPLICIT_JOINS_TAKE_CRITERIA = _version() >= (2, 0, 22)
+"""Whether the ORM applies a ``with_loader_criteria()`` option to the target of an explicit
+``join(Target, on)``: before 2.0.22 only to a join through a relationship attribute, so a
+relationship join written out explicitly must carry the target's criteria in its ON."""
 
 ALIASES_TAKE_CRITERIA = _version() >= (2, 0, 4)
 """Whether the ORM can apply loader criteria to an entity aliased with ``adapt_on_names``

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import and_, func, select
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import aliased, with_loader_criteria
 
 from snowshard.sharding import UnsupportedShardQuery, explain, sharded_model
 from snowshard.sharding.relationship_joins import explicit_joins, explicit_nested_joins
@@ -150,3 +150,25 @@ def test_relationship_of_an_alias_is_refused(filled: Filled) -> None:
         with pytest.raises(UnsupportedShardQuery, match="alias"):
             session.execute(select(alias.id).join(alias.items))
     assert len(world.log) == 0
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+@pytest.mark.parametrize("outer", [False, True], ids=["inner", "outer"])
+@pytest.mark.parametrize("form", ["expression", "lambda"])
+def test_loader_criteria_of_the_target_reach_the_join(
+    filled: Filled, backend: str, outer: bool, form: str
+) -> None:
+    """with_loader_criteria() on Item restricts join(Order.items) as on one table, over
+    two databases, on every SQLAlchemy version (before 2.0.22 the ORM gave a relationship
+    join the criteria, but not the explicit join it is written as)."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        option = with_loader_criteria(
+            w.Item, (lambda cls: cls.qty > 2) if form == "lambda" else w.Item.qty > 2
+        )
+        statement = select(func.count(), func.count(w.Item.id)).select_from(w.Order)
+        return statement.join(w.Order.items, isouter=outer).options(option)
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin and twin[0][1] < twin[0][0] + (0 if outer else 1)

@@ -63,6 +63,12 @@ def _root_class(option: LoaderCriteriaOption) -> Any:
     return getattr(option.entity, "class_", None)
 
 
+def applies_to(option: LoaderCriteriaOption, cls: type) -> bool:
+    """Whether ``option``'s criteria apply to the rows of the mapped class ``cls``."""
+    root = _root_class(option)
+    return isinstance(root, type) and issubclass(cls, root)
+
+
 def criteria_of(statement: Any) -> list[LoaderCriteriaOption]:
     """The loader criteria options among a statement's own options."""
     return [o for o in options_of(statement) if isinstance(o, LoaderCriteriaOption)]

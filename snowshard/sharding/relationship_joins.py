@@ -9,8 +9,10 @@ before anything is planned, as the join an application would write by hand::
     select(User).join_from(User, Order, User.id == Order.user_id)   # what is planned
 
 The ON clause is the relationship's ``primaryjoin`` in the two classes' attributes, with
-the criteria of ``User.orders.and_(...)`` added; ``outerjoin`` and ``full=True`` are kept,
-and so is an explicit left side (``join_from``). The statement is then planned as any
+the criteria of ``User.orders.and_(...)`` added (and, on SQLAlchemy before 2.0.22, the
+conditions of the statement's ``with_loader_criteria()`` options for the target, which the
+ORM adds to a relationship join but not yet to an explicit one); ``outerjoin`` and
+``full=True`` are kept, and so is an explicit left side (``join_from``). The statement is then planned as any
 explicit join: exact table by table when the ON clause equates a shard key of each model
 sharded alike, or with an unsharded model in the same database, and refused otherwise.
 
@@ -26,6 +28,7 @@ any), and again, subqueries included, when a plan is made (:func:`explicit_neste
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from sqlalchemy import and_
@@ -35,6 +38,8 @@ from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate, replacement_traverse
 
 from snowshard._compat import (
+    EXPLICIT_JOINS_TAKE_CRITERIA,
+    criteria_condition,
     explicit_join,
     joins_of,
     parent_entity,
@@ -42,6 +47,7 @@ from snowshard._compat import (
     with_joins,
 )
 from snowshard.sharding.analysis import nested_selects
+from snowshard.sharding.criteria import applies_to, criteria_of
 from snowshard.sharding.model import model_of_mapper
 
 __all__ = ["explicit_joins", "explicit_nested_joins"]
@@ -53,7 +59,8 @@ def explicit_joins(statement: Any) -> Any:
     joins = joins_of(statement)
     if not joins:
         return statement
-    made = [_explicit(join) for join in joins]
+    criteria = [] if EXPLICIT_JOINS_TAKE_CRITERIA else criteria_of(statement)
+    made = [_explicit(join, criteria) for join in joins]
     if all(m is None for m in made):
         return statement
     return with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
@@ -91,8 +98,11 @@ def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any]
     return prop, attribute
 
 
-def _explicit(join: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
-    """The explicit form of one ``join()`` tuple, or None to leave it as it is."""
+def _explicit(join: tuple[Any, ...], criteria: Sequence[Any]) -> Optional[tuple[Any, ...]]:
+    """The explicit form of one ``join()`` tuple, or None to leave it as it is; the ON
+    clause also carries the conditions of those of the statement's loader ``criteria``
+    that apply to the target, which the ORM adds to a relationship join itself (and, on
+    SQLAlchemy before 2.0.22, to no explicit join)."""
     followed = _followed(join)
     if followed is None:
         return None
@@ -100,9 +110,11 @@ def _explicit(join: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
     on = _on_clause(prop)
     if on is None:
         return None
-    criteria = relationship_join_extras(attribute)[0]
-    if criteria:
-        on = and_(on, *criteria)
+    extras = list(relationship_join_extras(attribute)[0])
+    target = prop.mapper.class_
+    extras += [criteria_condition(o, target) for o in criteria if applies_to(o, target)]
+    if extras:
+        on = and_(on, *extras)
     from_, flags = join[2:4]
     left = from_ if from_ is not None else prop.parent.class_
     return explicit_join(left, prop.mapper.class_, on, dict(flags))
