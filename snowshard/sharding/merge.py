@@ -474,6 +474,7 @@ class MergePlan:
                     atoms.key(plain) is not None
                     or isinstance(plain, FunctionElement)
                     and plain.name.lower() in _AGGREGATES
+                    or filtered_aggregate(plain) is not None
                 )
             except UnsupportedShardQuery:
                 if not any(isinstance(i, FunctionElement) for i in walk(column)) and not (
@@ -774,7 +775,9 @@ def _placeholder(column: Any, index: int) -> Any:
     value: Any
     if isinstance(type_, NullType):
         value = null()
-    elif isinstance(type_, Boolean):  # MySQL/MariaDB cannot CAST to BOOL; NULL needs none
+    elif isinstance(type_, Boolean) or getattr(type_, "collation", None):
+        # MySQL/MariaDB cannot CAST to BOOL, and SQLAlchemy 2.0.2 renders a string type's
+        # COLLATE inside CAST, which PostgreSQL refuses; NULL needs no CAST
         value = type_coerce(null(), type_)
     else:
         value = sql_cast(null(), type_)
