@@ -47,6 +47,7 @@ __all__ = [
     "bundle_of",
     "cache_key_of",
     "chunked_result",
+    "compound_keyword",
     "copy_schema_item",
     "deannotated",
     "default_column",
@@ -165,6 +166,13 @@ def without_having(statement: Any) -> Any:
     copy = statement._generate()
     copy._having_criteria = ()
     return copy
+
+
+def compound_keyword(statement: Any) -> str:
+    """A compound SELECT's operator, ``"UNION"``, ``"UNION ALL"``, ``"EXCEPT"``, ...
+    (``CompoundSelect.keyword``, an enum of a private class on every version)."""
+    keyword = statement.keyword
+    return str(getattr(keyword, "value", keyword))
 
 
 def fetch_clause_of(statement: Any) -> Any:

@@ -22,11 +22,21 @@ from sqlalchemy import BigInteger, Integer
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from snowshard import Layout, Snowflake
-from snowshard.sharding import Sharded, ShardedSession, Shards, create_all
+from snowshard.sharding import Sharded, ShardedSession, Shards, UnsupportedShardQuery, create_all
 from tests.backends import DatabaseFactory
 from tests.worlds import binary_string, logical_tables
 
-__all__ = ["IDS", "STATUSES", "USERS", "Schema", "Setup", "build_setup", "rows_of", "sort_rows"]
+__all__ = [
+    "IDS",
+    "STATUSES",
+    "USERS",
+    "Schema",
+    "Setup",
+    "build_setup",
+    "refused_before_sql",
+    "rows_of",
+    "sort_rows",
+]
 
 IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=9)
 USERS = [3, 4, 7, 8, 12, 17, 21, 30]
@@ -180,3 +190,12 @@ def rows_of(result: Any) -> list[tuple[Any, ...]]:
 def sort_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rows in a canonical order (NULLs last), for comparisons without ORDER BY."""
     return sorted(rows, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+
+
+def refused_before_sql(shop: Setup, statement: Any, match: str) -> None:
+    """Running ``statement`` raises UnsupportedShardQuery matching ``match``, and no SQL
+    was sent."""
+    shop.sent.clear()
+    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
+        session.execute(statement)
+    assert shop.sent == []

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from hypothesis import given, reject
 from hypothesis import strategies as st
-from sqlalchemy import Integer, and_, case, cast, exists, func, select
+from sqlalchemy import Integer, and_, case, cast, desc, exists, func, select, union, union_all
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import with_loader_criteria
 
@@ -535,9 +535,40 @@ def _distinct_on(draw: Any) -> Case:
     return Case(build, [], True, postgres_only=True)
 
 
+def _compound(draw: Any) -> Case:
+    """UNION or UNION ALL of 2-3 filtered SELECTs of the same columns, perhaps ordered by
+    all of them (by name or by the first SELECT's column) and limited."""
+    columns = st.sampled_from(["id", "user_id", "amount", "status"])
+    picked = draw(st.lists(columns, min_size=1, max_size=3, unique=True))
+    parts = [_where(draw, None) for _ in range(draw(st.integers(2, 3)))]
+    distinct = draw(st.booleans())
+    ordered = draw(st.booleans())
+    descending = draw(st.lists(st.booleans(), min_size=len(picked), max_size=len(picked)))
+    by_name = draw(st.booleans())
+    limited = ordered and draw(st.booleans())
+    limit, offset = draw(st.integers(1, 6)), draw(st.integers(0, 4))
+
+    def build(w: Models) -> Any:
+        m = w.Order
+        cols = [getattr(m, c) for c in picked]
+        selects = [select(*cols).where(*[f(m) for f in fs]) for fs in parts]
+        statement = (union if distinct else union_all)(*selects)
+        if ordered:
+            keys = [c if by_name else getattr(m, c) for c in picked]
+            statement = statement.order_by(
+                *[desc(k) if d else k for k, d in zip(keys, descending)]
+            )
+        if limited:
+            statement = statement.limit(limit).offset(offset)
+        return statement
+
+    # ordered by every column, rows that tie are equal: the order is total
+    return Case(build, list(range(len(picked))) if ordered else [], ordered)
+
+
 SHAPES = [
     _rows, _grouped, _nested, _reference_rows, _reference_grouped, _reference_nested,
-    _distinct_on, _items_joined, _derived,
+    _distinct_on, _items_joined, _derived, _compound,
 ]  # fmt: skip
 
 

@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy.sql import ClauseElement
 
-from snowshard.sharding import UnsupportedShardQuery
-from tests.shop_setup import USERS, Setup, sort_rows
+from tests.shop_setup import USERS, Setup, refused_before_sql, sort_rows
 
 try:
     from sqlalchemy.sql import SyntaxExtension
@@ -27,24 +26,17 @@ def _both(shop: Setup, build: Any) -> tuple[list[Any], list[Any]]:
     return got, twin
 
 
-def _refused(shop: Setup, statement: Any, match: str) -> None:
-    shop.sent.clear()
-    with shop.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
-        session.execute(statement)
-    assert shop.sent == []
-
-
 def test_a_distinct_prefix_is_refused_before_any_sql(shop: Setup) -> None:
     """prefix_with("DISTINCT") would make each source distinct, not the whole: refused."""
     statement = select(shop.schema.Order.status).prefix_with("DISTINCT")
-    _refused(shop, statement, r"prefix_with\('DISTINCT'\)")
+    refused_before_sql(shop, statement, r"prefix_with\('DISTINCT'\)")
 
 
 def test_a_limit_suffix_is_refused_before_any_sql(shop: Setup) -> None:
     """suffix_with("LIMIT 2") would keep two rows per source: refused, pointing to limit()."""
     order = shop.schema.Order
     statement = select(order.id).order_by(order.id).suffix_with("LIMIT 2")
-    _refused(shop, statement, r"suffix_with\('LIMIT 2'\).*limit\(\)")
+    refused_before_sql(shop, statement, r"suffix_with\('LIMIT 2'\).*limit\(\)")
 
 
 def test_a_prefix_for_another_dialect_is_not_rendered_so_kept(shop: Setup) -> None:
@@ -52,7 +44,7 @@ def test_a_prefix_for_another_dialect_is_not_rendered_so_kept(shop: Setup) -> No
     one table does; on MariaDB it is rendered, so refused."""
     build = lambda m: select(m.status).prefix_with("DISTINCT", dialect="mysql")  # noqa: E731
     if shop.name.startswith("mysql"):
-        _refused(shop, build(shop.schema.Order), "DISTINCT")
+        refused_before_sql(shop, build(shop.schema.Order), "DISTINCT")
         return
     got, twin = _both(shop, build)
     assert got == twin and len(twin) == 40
@@ -94,7 +86,7 @@ def test_a_syntax_extension_is_refused_before_any_sql(shop: Setup) -> None:
     def _trailer(element: Any, compiler: Any, **kw: Any) -> str:
         return "/* trailer */"
 
-    _refused(shop, select(shop.schema.Order).ext(Trailer()), r"select\.ext")
+    refused_before_sql(shop, select(shop.schema.Order).ext(Trailer()), r"select\.ext")
 
 
 def _limited(statement: Any, rows: int) -> Any:
@@ -118,7 +110,7 @@ def test_an_update_or_delete_limit_across_shards_is_refused(shop: Setup) -> None
     if SyntaxExtension is not None:  # SQLAlchemy 2.0 has no LIMIT for DELETE
         statements.append(_limited(delete(order).where(order.amount > 3), 2))
     for statement in statements:
-        _refused(shop, statement, "LIMIT|extension")
+        refused_before_sql(shop, statement, "LIMIT|extension")
 
 
 @pytest.mark.parametrize("shop", [pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True)
@@ -142,7 +134,7 @@ def test_a_limit_for_mysql_is_not_rendered_elsewhere_so_kept(shop: Setup) -> Non
     if shop.name.startswith("mysql"):
         order = s.Order
         statement = update(order).values(amount=0).with_dialect_options(mysql_limit=2)
-        _refused(shop, statement, "LIMIT 2")
+        refused_before_sql(shop, statement, "LIMIT 2")
         return
     changed = []
     for model in (s.Order, s.OrderTwin):

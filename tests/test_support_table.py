@@ -37,13 +37,17 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    desc,
     distinct,
+    except_,
     exists,
     func,
     insert,
     literal_column,
     select,
     tuple_,
+    union,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -371,6 +375,44 @@ EXAMPLES: dict[str, list[Example]] = {
             "refused",
             lambda w: select(func.string_agg(w.Order.status, ",").filter(w.Order.amount > 3)),
             backends=("postgresql",),
+        ),
+    ],
+    "`union()` / `union_all()` of SELECTs on a sharded model (also ordered and limited)": [
+        Example(
+            "exact",
+            lambda w: union_all(
+                select(w.Order.id).where(w.Order.amount > 6),
+                select(w.Order.id).where(w.Order.user_id == 7),
+            ),
+        ),
+        Example(
+            "merged",
+            lambda w: union(
+                select(w.Order.amount), select(w.Order.amount).where(w.Order.user_id < 9)
+            )
+            .order_by(desc("amount"))
+            .limit(3),
+            ordered=True,
+        ),
+        Example(
+            "refused",
+            lambda w: except_(
+                select(w.Order.amount), select(w.Order.amount).where(w.Order.user_id == 7)
+            ),
+        ),
+        Example(
+            "refused",
+            lambda w: union(select(w.Order.amount), select(w.Order.amount)).order_by(
+                w.Order.amount * 2
+            ),
+        ),
+        Example("refused", lambda w: union(select(w.Order.amount), select(w.Order.user_id))),
+        Example("refused", lambda w: union_all(select(w.Order.status), select(w.Status.code))),
+        Example(
+            "refused",
+            lambda w: union(
+                union(select(w.Order.amount), select(w.Order.amount)), select(w.Order.amount)
+            ),
         ),
     ],
     "COUNT(DISTINCT x), SUM/AVG/MIN/MAX(DISTINCT x)": [

@@ -25,7 +25,8 @@ Rules that hold in every way of running:
   functions only partitioned by a shard key, DISTINCT only over columns that include a
   shard key: each source then holds
   its share of the rows, as of the model's, so ``select(func.count()).select_from(
-  stmt.subquery())`` and ``Query.count()`` merge); otherwise it is refused;
+  stmt.subquery())`` and ``Query.count()`` merge; so does a UNION ALL of such SELECTs,
+  each column of one type in all of them); otherwise it is refused;
 * two sharded models read together (joined, or one in a subquery correlated with the
   other) must be tied by an equality of their shard keys, in an ON clause or WHERE: they
   are read table by table;
@@ -66,6 +67,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import (
     CTE,
     Alias,
+    CompoundSelect,
     Exists,
     Join,
     Select,
@@ -76,6 +78,7 @@ from sqlalchemy.sql.selectable import (
 
 from snowshard._compat import (
     blocked_froms,
+    compound_keyword,
     deannotated,
     distinct_of,
     distinct_on_of,
@@ -84,6 +87,7 @@ from snowshard._compat import (
     group_by_of,
     having_of,
     limit_offset_of,
+    order_by_of,
     prefixes_of,
     raw_columns_of,
     replacement_blocked,
@@ -112,6 +116,7 @@ __all__ = [
     "models_in_subqueries",
     "models_named",
     "nested_selects",
+    "same_type",
     "selected_entities",
     "unsharded_tables",
     "walk",
@@ -517,15 +522,52 @@ def _derived_tables(statement: Any) -> set[int]:
             continue
         derived = _unaliased(froms[0])
         inner = getattr(derived, "element", None)
-        if (
-            isinstance(derived, (Subquery, CTE))
-            and not getattr(derived, "recursive", False)
-            and isinstance(inner, Select)
-            and _row_wise(inner)
-        ):
+        if not isinstance(derived, (Subquery, CTE)) or getattr(derived, "recursive", False):
+            continue
+        if isinstance(inner, Select) and _row_wise(inner):
             found.add(id(inner))
             stack.append(inner)
+        parts = _row_wise_union_all(inner)
+        if parts:
+            found.add(id(inner))
+            found.update(id(part) for part in parts)
+            stack.extend(parts)
     return found
+
+
+def _row_wise_union_all(compound: Any) -> list[Select[Any]]:
+    """The SELECTs of ``compound`` when it is a UNION ALL whose rows each source holds its
+    share of, as of a table (:func:`_derived_tables`); else []. That needs each SELECT
+    row-wise and reading a sharded model outside its subqueries (a reference table's rows
+    alone would come from every source), the compound without ORDER BY, LIMIT or OFFSET of
+    its own, and each column of one type in all SELECTs (the type and collation of a
+    compound's column are the first SELECT's in SQLAlchemy, which the merge compares by;
+    a database may derive them otherwise)."""
+    if not isinstance(compound, CompoundSelect) or compound_keyword(compound) != "UNION ALL":
+        return []
+    parts: list[Any] = list(compound.selects)
+    if not all(isinstance(part, Select) and _row_wise(part) for part in parts):
+        return []
+    if not all(models_named(part, nested=False) for part in parts):
+        return []  # a reference table's rows alone: every source would return them all
+    try:
+        limit, offset = limit_offset_of(compound)
+    except CompileError:
+        return []
+    if limit is not None or offset or order_by_of(compound) or fetch_clause_of(compound):
+        return []
+    columns = [list(part.selected_columns) for part in parts]
+    for position, first in enumerate(columns[0]):
+        if any(not same_type(first.type, other[position].type) for other in columns[1:]):
+            return []
+    return parts
+
+
+def same_type(one: Any, other: Any) -> bool:
+    """Whether two SQL types are of one class and collation (columns of a compound)."""
+    return type(one) is type(other) and getattr(one, "collation", None) == getattr(
+        other, "collation", None
+    )
 
 
 def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:

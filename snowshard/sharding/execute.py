@@ -73,6 +73,7 @@ from snowshard.sharding.bulk import (
     writing_to,
 )
 from snowshard.sharding.collation import check_string_keys
+from snowshard.sharding.compounds import derived_union
 from snowshard.sharding.criteria import check_loader_criteria, covers
 from snowshard.sharding.eager import check_eager_joins
 from snowshard.sharding.errors import (
@@ -473,6 +474,7 @@ def plan_statement(
 ) -> Plan:
     """The plan of a SELECT, UPDATE or DELETE naming logical models (what :func:`route_execute`
     runs; :func:`~snowshard.sharding.explain.explain` shows it). Raises before any SQL."""
+    statement = derived_union(statement)
     statement = spelled_columns(explicit_comparisons(explicit_nested_joins(statement)))
     found = list(models) if models is not None else _models(statement)
     check_models(statement, found)

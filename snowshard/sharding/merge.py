@@ -50,6 +50,7 @@ from sqlalchemy import (
     Integer,
     Numeric,
     Select,
+    Table,
     literal,
     literal_column,
     null,
@@ -838,14 +839,15 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
 
 def _unique_rows(columns: Sequence[Any]) -> bool:
     """Whether the selected columns include a primary key of one column that is not a
-    string: then no two rows are equal, whatever the collation."""
+    string: then no two rows are equal, whatever the collation. Only a table's: the
+    column of a derived table proxies its table's flag, and a UNION ALL there can return
+    one row twice."""
     for column in columns:
         table = getattr(column, "table", None)
-        key = getattr(table, "primary_key", None)
         if (
             getattr(column, "primary_key", False)
-            and key is not None
-            and len(key.columns) == 1
+            and isinstance(table, Table)
+            and len(table.primary_key.columns) == 1
             and not collation_of(column, "")[0]
         ):
             return True
