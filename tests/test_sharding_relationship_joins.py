@@ -155,20 +155,29 @@ def test_relationship_of_an_alias_is_refused(filled: Filled) -> None:
 @pytest.mark.parametrize("backend", TWIN_BACKENDS)
 @pytest.mark.parametrize("outer", [False, True], ids=["inner", "outer"])
 @pytest.mark.parametrize("form", ["expression", "lambda"])
-def test_loader_criteria_of_the_target_reach_the_join(
-    filled: Filled, backend: str, outer: bool, form: str
+@pytest.mark.parametrize("side", ["target", "parent"])
+def test_loader_criteria_reach_a_relationship_join(
+    filled: Filled, backend: str, outer: bool, form: str, side: str
 ) -> None:
-    """with_loader_criteria() on Item restricts join(Order.items) as on one table, over
-    two databases, on every SQLAlchemy version (before 2.0.22 the ORM gave a relationship
-    join the criteria, but not the explicit join it is written as)."""
+    """with_loader_criteria() on Item (the target) or on Order (the parent) restricts a
+    count over join(Order.items) as on one table, over two databases, on every SQLAlchemy
+    version (before 2.0.22 the ORM gave a relationship join those criteria, but not the
+    explicit join it is written as)."""
     shop, world = filled(backend, 2)
 
     def build(w: Models) -> Any:
-        option = with_loader_criteria(
-            w.Item, (lambda cls: cls.qty > 2) if form == "lambda" else w.Item.qty > 2
-        )
+        if side == "target":
+            model, condition, made = w.Item, w.Item.qty > 2, lambda cls: cls.qty > 2
+        else:
+            model, condition, made = w.Order, w.Order.amount > 2, lambda cls: cls.amount > 2
+        option = with_loader_criteria(model, made if form == "lambda" else condition)
         statement = select(func.count(), func.count(w.Item.id)).select_from(w.Order)
         return statement.join(w.Order.items, isouter=outer).options(option)
 
+    def unfiltered(w: Models) -> Any:
+        statement = select(func.count(), func.count(w.Item.id)).select_from(w.Order)
+        return statement.join(w.Order.items, isouter=outer)
+
     got, twin = both_rows(world, shop, build)
-    assert got == twin and twin[0][1] < twin[0][0] + (0 if outer else 1)
+    everything, _ = both_rows(world, shop, unfiltered)
+    assert got == twin and twin != everything

@@ -9,12 +9,14 @@ before anything is planned, as the join an application would write by hand::
     select(User).join_from(User, Order, User.id == Order.user_id)   # what is planned
 
 The ON clause is the relationship's ``primaryjoin`` in the two classes' attributes, with
-the criteria of ``User.orders.and_(...)`` added (and, on SQLAlchemy before 2.0.22, the
-conditions of the statement's ``with_loader_criteria()`` options for the target, which the
-ORM adds to a relationship join but not yet to an explicit one); ``outerjoin`` and
-``full=True`` are kept, and so is an explicit left side (``join_from``). The statement is then planned as any
-explicit join: exact table by table when the ON clause equates a shard key of each model
-sharded alike, or with an unsharded model in the same database, and refused otherwise.
+the criteria of ``User.orders.and_(...)`` added. On SQLAlchemy before 2.0.22, which gives
+a relationship join the statement's ``with_loader_criteria()`` conditions but not an
+explicit join, the ON clause also carries those of the target, and the WHERE clause those
+of the parent, where the ORM puts them for a relationship join. ``outerjoin`` and
+``full=True`` are kept, and so is an explicit left side (``join_from``). The statement is
+then planned as any explicit join: exact table by table when the ON clause equates a shard
+key of each model sharded alike, or with an unsharded model in the same database, and
+refused otherwise.
 
 Left as they are, and refused by the planner with the explicit form to write instead: a
 relationship through a ``secondary`` table, one from a model to itself, ``of_type()``, a
@@ -63,7 +65,12 @@ def explicit_joins(statement: Any) -> Any:
     made = [_explicit(join, criteria) for join in joins]
     if all(m is None for m in made):
         return statement
-    return with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
+    explicit = with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
+    # before 2.0.22 the ORM also puts the criteria of a relationship join's parent in the
+    # WHERE clause, where it leaves out those of the left side of an explicit join
+    parents = {_parent(join) for join, m in zip(joins, made) if m is not None}
+    where = [criteria_condition(o, c) for c in parents for o in criteria if applies_to(o, c)]
+    return explicit.where(*where) if where else explicit
 
 
 def explicit_nested_joins(statement: Any) -> Any:
@@ -96,6 +103,14 @@ def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any]
     if relationship_join_extras(attribute)[1] is not None:
         return None  # of_type()
     return prop, attribute
+
+
+def _parent(join: tuple[Any, ...]) -> type:
+    """The class whose relationship a ``join()`` tuple of :func:`_followed` follows."""
+    followed = _followed(join)
+    assert followed is not None
+    parent: type = followed[0].parent.class_
+    return parent
 
 
 def _explicit(join: tuple[Any, ...], criteria: Sequence[Any]) -> Optional[tuple[Any, ...]]:
