@@ -5,7 +5,10 @@
 ``cleanup``), ``kill_at`` ([progress step, calls]: SIGKILL itself at that progress call),
 ``signal`` (optional, ``"SIGSTOP"`` to stop there instead of dying), ``capture``
 (optional, ``"logical"``) and ``chunk_rows``. It declares the same two layouts as the test (``tests.reshard_world``)
-and runs the step; if the kill point is never reached it exits 0.
+and runs the step; if the kill point is never reached it exits 0. To be killed in the
+catch-up, it rewrites every source row with its own values once the capture is installed:
+the catch-up then has more changes to apply than it leaves, whatever the test's writers
+managed to write during the copy.
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ def main(spec: dict[str, Any]) -> None:
     )
     kill_step, kill_calls = spec["kill_at"]
     calls = 0
+    touched = False
 
     def progress(step: str, done: int, total: int | None) -> None:
-        nonlocal calls
+        nonlocal calls, touched
+        if step == "copy" and kill_step == "catch up" and not touched:
+            touched = True  # the first "copy" call: captured, nothing copied yet
+            _rewrite_sources(plan, engines)
         if step == kill_step:
             calls += 1
             if calls >= kill_calls:
@@ -47,6 +54,17 @@ def main(spec: dict[str, Any]) -> None:
         for key, url in spec["urls"].items()
     }
     getattr(Reshard(plan, engines, progress=progress), spec["step"])()
+
+
+def _rewrite_sources(plan: ReshardPlan, engines: dict[str, sa.Engine]) -> None:
+    """Set a column of every source row to its own value: changes the capture records."""
+    tables = plan.tables(plan.source)
+    for database, indices in plan.by_database(plan.source):
+        with engines[database].begin() as connection:
+            for index in indices:
+                table = tables[index]
+                column = table.c.amount  # neither a key nor the shard key
+                connection.execute(table.update().values({column.name: column}))
 
 
 if __name__ == "__main__":
