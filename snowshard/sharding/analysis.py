@@ -108,6 +108,7 @@ __all__ = [
     "check_nested",
     "check_outer_joins",
     "check_star_columns",
+    "aggregate_function",
     "describe",
     "exists_selects",
     "from_entries",
@@ -115,8 +116,8 @@ __all__ = [
     "function_kind",
     "models_in_subqueries",
     "models_named",
+    "mismatched_column",
     "nested_selects",
-    "same_type",
     "selected_entities",
     "unsharded_tables",
     "walk",
@@ -181,6 +182,12 @@ def filtered_aggregate(element: Any) -> Optional[FunctionElement[Any]]:
     ):
         return None
     return function
+
+
+def aggregate_function(element: Any) -> Any:
+    """The function an aggregate computes: ``element`` itself, or for a FILTER the merge
+    combines, its aggregate (:func:`filtered_aggregate`); None for another FILTER."""
+    return filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
 
 
 def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:
@@ -556,18 +563,21 @@ def _row_wise_union_all(compound: Any) -> list[Select[Any]]:
         return []
     if limit is not None or offset or order_by_of(compound) or fetch_clause_of(compound):
         return []
-    columns = [list(part.selected_columns) for part in parts]
+    return [] if mismatched_column(parts) is not None else parts
+
+
+def mismatched_column(parts: Sequence[Any]) -> Optional[int]:
+    """The position of the first column whose type (class or collation) differs between
+    the SELECTs ``parts`` of a compound; None when every column has one type."""
+    columns = [[c.type for c in part.selected_columns] for part in parts]
     for position, first in enumerate(columns[0]):
-        if any(not same_type(first.type, other[position].type) for other in columns[1:]):
-            return []
-    return parts
-
-
-def same_type(one: Any, other: Any) -> bool:
-    """Whether two SQL types are of one class and collation (columns of a compound)."""
-    return type(one) is type(other) and getattr(one, "collation", None) == getattr(
-        other, "collation", None
-    )
+        for other in columns[1:]:
+            second = other[position]
+            if type(first) is not type(second) or getattr(first, "collation", None) != getattr(
+                second, "collation", None
+            ):
+                return position
+    return None
 
 
 def _keyed_in_selects(statement: Any) -> tuple[set[int], set[int]]:

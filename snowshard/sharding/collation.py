@@ -85,7 +85,7 @@ from sqlalchemy.sql.selectable import ScalarSelect, SelectBase
 from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
-from snowshard.sharding.analysis import describe, walk
+from snowshard.sharding.analysis import aggregate_function, describe, walk
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 
@@ -470,21 +470,15 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     return None
 
 
-def _function(aggregate: Any) -> Any:
-    """The function of an aggregate, under its FILTER if it has one."""
-    return aggregate.func if isinstance(aggregate, FunctionFilter) else aggregate
-
-
 def extreme_weight(aggregate: Any, dialect: str) -> Any:
     """What each source sends beside ``MIN(x)``/``MAX(x)`` for a merge to pick the least or
     greatest of their values: None where Python orders ``x`` as the database does (or it
     is no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, the
     :class:`~snowshard._compat.PaddedWeight` of the aggregate's value; otherwise refused
     as :func:`check_strings` refuses."""
-    what = str(_function(aggregate).name).upper()
-    weights = [
-        weight_of(argument, dialect, ORDERING, what) for argument in _function(aggregate).clauses
-    ]
+    function = aggregate_function(aggregate)
+    what = str(function.name).upper()
+    weights = [weight_of(argument, dialect, ORDERING, what) for argument in function.clauses]
     found = next((w for w in weights if w is not None), None)
     return None if found is None else PaddedWeight(bare(aggregate), found.length)
 
@@ -534,7 +528,7 @@ def server_order(element: Any, dialect: str) -> ServerOrder | None:
 def extreme_order(aggregate: Any, dialect: str) -> ServerOrder | None:
     """:func:`server_order` of the argument of ``MIN(x)``/``MAX(x)``: how a merge picks the
     least or greatest of the sources' values where Python cannot compare them."""
-    found = [server_order(argument, dialect) for argument in _function(aggregate).clauses]
+    found = [server_order(argument, dialect) for argument in aggregate_function(aggregate).clauses]
     return next((order for order in found if order is not None), None)
 
 

@@ -36,7 +36,7 @@ from snowshard._compat import (
     options_of,
     order_by_of,
 )
-from snowshard.sharding.analysis import models_named, same_type
+from snowshard.sharding.analysis import mismatched_column, models_named
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["derived_union"]
@@ -99,16 +99,15 @@ def derived_union(statement: Any) -> Any:
                 "subqueries: each database would return its rows (a reference table's, say) "
                 "again; run that SELECT on its own and combine the rows in Python"
             )
-    for position, first in enumerate(parts[0].selected_columns):
-        for part in parts[1:]:
-            other = list(part.selected_columns)[position]
-            if not same_type(first.type, other.type):
-                raise UnsupportedShardQuery(
-                    f"column {position + 1} of a {keyword} across shards is {first.type!r} in "
-                    f"the first SELECT and {other.type!r} in another: the merge compares it "
-                    "as the first SELECT's type, where a database may derive another; cast "
-                    "the columns to one type (cast(Order.user_id, Integer))"
-                )
+    position = mismatched_column(parts)
+    if position is not None:
+        types = ", ".join(repr(list(p.selected_columns)[position].type) for p in parts)
+        raise UnsupportedShardQuery(
+            f"column {position + 1} of a {keyword} across shards has different types in its "
+            f"SELECTs ({types}): the merge compares it as the first SELECT's type, where a "
+            "database may derive another; cast the columns to one type (cast(Order.user_id, "
+            "Integer))"
+        )
     if fetch_clause_of(statement) is not None:
         raise UnsupportedShardQuery(f"FETCH FIRST of a {keyword} across shards: use limit()")
     try:

@@ -39,7 +39,7 @@ from sqlalchemy.sql.selectable import Exists
 from sqlalchemy.types import Integer
 
 from snowshard._compat import LabelReference, plugin_subject_of
-from snowshard.sharding.analysis import describe, filtered_aggregate, function_kind, walk
+from snowshard.sharding.analysis import aggregate_function, describe, function_kind, walk
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 
@@ -165,9 +165,9 @@ class Atoms:
         return self._find(bare(element), None)
 
     def aggregate(self, element: FunctionElement[Any] | FunctionFilter[Any]) -> int:
-        """The helper of an aggregate, or of one with a FILTER (:func:`filtered_aggregate`:
+        """The helper of an aggregate, or of one with a FILTER (:func:`aggregate_function`:
         each source aggregates the rows that pass it, combined like the aggregate's)."""
-        function = filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
+        function = aggregate_function(element)
         if function is None:
             raise _refuse(
                 element, "FILTER is merged over count, sum, min, max and avg of values only"

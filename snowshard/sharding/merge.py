@@ -67,7 +67,6 @@ from sqlalchemy.sql.elements import (
     Case,
     ColumnClause,
     ColumnElement,
-    FunctionFilter,
     Label,
     TextClause,
     Tuple,
@@ -90,6 +89,7 @@ from snowshard._compat import (
     without_having,
 )
 from snowshard.sharding.analysis import (
+    aggregate_function,
     check_row_expression,
     describe,
     exists_selects,
@@ -758,7 +758,7 @@ def _ranked_reader(index: int, table: dict[str, int]) -> Callable[[Sequence[Any]
 
 def _is_extreme(element: Any) -> bool:
     """Whether ``element`` is ``MIN(...)`` or ``MAX(...)``, with a FILTER or without."""
-    function = filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
+    function = aggregate_function(element)
     return isinstance(function, FunctionElement) and str(function.name).lower() in ("min", "max")
 
 

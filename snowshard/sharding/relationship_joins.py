@@ -65,10 +65,10 @@ def explicit_joins(statement: Any) -> Any:
     made = [_explicit(join, criteria) for join in joins]
     if all(m is None for m in made):
         return statement
-    explicit = with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
+    explicit = with_joins(statement, [j if m is None else m[0] for j, m in zip(joins, made)])
     # before 2.0.22 the ORM also puts the criteria of a relationship join's parent in the
     # WHERE clause, where it leaves out those of the left side of an explicit join
-    parents = {_parent(join) for join, m in zip(joins, made) if m is not None}
+    parents = {m[1] for m in made if m is not None}
     where = [criteria_condition(o, c) for c in parents for o in criteria if applies_to(o, c)]
     return explicit.where(*where) if where else explicit
 
@@ -105,19 +105,14 @@ def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any]
     return prop, attribute
 
 
-def _parent(join: tuple[Any, ...]) -> type:
-    """The class whose relationship a ``join()`` tuple of :func:`_followed` follows."""
-    followed = _followed(join)
-    assert followed is not None
-    parent: type = followed[0].parent.class_
-    return parent
-
-
-def _explicit(join: tuple[Any, ...], criteria: Sequence[Any]) -> Optional[tuple[Any, ...]]:
-    """The explicit form of one ``join()`` tuple, or None to leave it as it is; the ON
-    clause also carries the conditions of those of the statement's loader ``criteria``
-    that apply to the target, which the ORM adds to a relationship join itself (and, on
-    SQLAlchemy before 2.0.22, to no explicit join)."""
+def _explicit(
+    join: tuple[Any, ...], criteria: Sequence[Any]
+) -> Optional[tuple[tuple[Any, ...], type]]:
+    """The explicit form of one ``join()`` tuple and the class whose relationship it
+    follows, or None to leave it as it is. The ON clause also carries the conditions of
+    those of the statement's loader ``criteria`` that apply to the target, which the ORM
+    adds to a relationship join itself (and, on SQLAlchemy before 2.0.22, to no explicit
+    join)."""
     followed = _followed(join)
     if followed is None:
         return None
@@ -131,8 +126,9 @@ def _explicit(join: tuple[Any, ...], criteria: Sequence[Any]) -> Optional[tuple[
     if extras:
         on = and_(on, *extras)
     from_, flags = join[2:4]
-    left = from_ if from_ is not None else prop.parent.class_
-    return explicit_join(left, prop.mapper.class_, on, dict(flags))
+    parent: type = prop.parent.class_
+    left = from_ if from_ is not None else parent
+    return explicit_join(left, target, on, dict(flags)), parent
 
 
 def _relationship(attribute: Any) -> Optional[RelationshipProperty[Any]]:
