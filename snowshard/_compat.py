@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy
-from sqlalchemy import LargeBinary, Subquery
+from sqlalchemy import LargeBinary, Select, Subquery
 from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
 from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
 from sqlalchemy.event import registry as event_registry
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.base import CompileState
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import (
@@ -27,7 +27,7 @@ from sqlalchemy.sql.elements import (
     _label_reference,
     _textual_label_reference,
 )
-from sqlalchemy.sql.selectable import _OffsetLimitParam
+from sqlalchemy.sql.selectable import FromClause, _OffsetLimitParam
 from sqlalchemy.sql.visitors import InternalTraversal
 
 __all__ = [
@@ -350,16 +350,29 @@ ALIASES_TAKE_CRITERIA = _version() >= (2, 0, 4)
 
 
 def joins_of(statement: Any) -> tuple[Any, ...]:
-    """The ``join()`` calls of a SELECT, each a tuple starting (target, ON clause)
-    (``_setup_joins``, all versions); () for other statements."""
-    return tuple(getattr(statement, "_setup_joins", ()))
+    """The ``join()`` calls of a SELECT, each a tuple (target, ON clause, left side, flags),
+    in the order the ORM applies them: first those made before ``with_only_columns()``
+    (or ``Query.with_entities()``) replaced the columns, which the SELECT keeps aside with
+    its old columns, then its own (``_memoized_select_entities`` and ``_setup_joins``, all
+    versions); () for other statements."""
+    found = [j for e in getattr(statement, "_memoized_select_entities", ()) for j in e._setup_joins]
+    return (*found, *getattr(statement, "_setup_joins", ()))
 
 
 def with_joins(statement: Any, joins: Sequence[tuple[Any, ...]]) -> Any:
-    """A copy of a SELECT whose ``join()`` calls are ``joins`` (tuples as :func:`joins_of`
-    gives them; ``_generate`` and ``_setup_joins``, all versions)."""
+    """A copy of a SELECT whose ``join()`` calls are ``joins``, one for each of those
+    :func:`joins_of` gives, in its order (``_generate``, ``_clone``, ``_setup_joins`` and
+    ``_memoized_select_entities``, all versions)."""
     copied = statement._generate()
-    copied._setup_joins = tuple(joins)
+    start, kept = 0, []
+    for entities in statement._memoized_select_entities:
+        clone = entities._clone()
+        end = start + len(entities._setup_joins)
+        clone._setup_joins = tuple(joins[start:end])
+        kept.append(clone)
+        start = end
+    copied._memoized_select_entities = tuple(kept)
+    copied._setup_joins = tuple(joins[start:])
     return copied
 
 
@@ -519,6 +532,33 @@ def exists_select(element: Any) -> Any:
 def froms_of(select: Any) -> tuple[Any, ...]:
     """The FROM entries a SELECT was given (``select_from()``: ``_from_obj``, all versions)."""
     return tuple(select._from_obj)
+
+
+def _joined_tables(select: Any) -> set[Any]:
+    """The FROM entries the ``join()`` calls of a SELECT bring in, as targets or explicit
+    left sides (:func:`joins_of`); a relationship attribute counts for its mapper's table."""
+    found: set[Any] = set()
+    for target, _on, left, *_ in joins_of(select):
+        for part in (target, left):
+            mapper = getattr(getattr(part, "property", None), "mapper", None)
+            if isinstance(mapper, Mapper):
+                part = mapper.local_table
+            if isinstance(part, FromClause):
+                found.add(deannotated(part))
+    return found
+
+
+def with_only_columns_keeping_froms(select: Select[Any], *columns: Any) -> Select[Any]:
+    """``select.with_only_columns(*columns, maintain_column_froms=True)``, except that a
+    FROM entry the old columns implied is not given to ``select_from()`` when a ``join()``
+    of the SELECT already brings it in: the ORM refuses an explicit left side
+    (``join_from(Order, Status)``) found in two FROM entries, ``items JOIN orders`` and
+    ``orders`` ("Can't identify which entity in which to assign the left side"), on all
+    versions."""
+    joined = _joined_tables(select)
+    kept = [f for f in select.columns_clause_froms if deannotated(f) not in joined]
+    made: Select[Any] = select.select_from(*kept).with_only_columns(*columns)
+    return made
 
 
 def correlation_exceptions_of(select: Any) -> tuple[Any, ...] | None:

@@ -653,6 +653,10 @@ EXAMPLES: dict[str, list[Example]] = {
             lambda w: select(w.Order.id, w.Item.qty).outerjoin(w.Order.items.and_(w.Item.qty > 1)),
         ),
         Example(
+            "exact",
+            lambda w: select(w.Order).join(w.Order.items).with_only_columns(w.Order.id, w.Item.qty),
+        ),
+        Example(
             "refused",
             lambda w: select(w.Order.id, w.Item.qty).join(w.Item, w.Item.order_id == w.Order.id),
         ),

@@ -86,6 +86,7 @@ from snowshard._compat import (
     having_of,
     limit_offset_of,
     order_by_of,
+    with_only_columns_keeping_froms,
     without_having,
 )
 from snowshard.sharding.analysis import (
@@ -364,12 +365,12 @@ class MergePlan:
                 source = source.group_by(*spread)
             # a computed column is rebuilt from the helpers: a source must not compute it
             # over its own rows only (a division by a partial count of 0, a CAST...)
-            source = source.with_only_columns(
+            source = with_only_columns_keeping_froms(
+                source,
                 *[
                     c if kept else _placeholder(c, i)
                     for i, (c, kept) in enumerate(zip(columns, self.direct))
                 ],
-                maintain_column_froms=True,
             )
             # with_only_columns() sets the statement's options aside with its old columns,
             # where loader criteria no longer reach the FROM list: give them back

@@ -46,7 +46,11 @@ from sqlalchemy.sql.elements import BinaryExpression
 from sqlalchemy.sql.selectable import Exists, ScalarSelect
 from sqlalchemy.sql.visitors import replacement_traverse
 
-from snowshard._compat import explicit_correlation, limit_offset_of
+from snowshard._compat import (
+    explicit_correlation,
+    limit_offset_of,
+    with_only_columns_keeping_froms,
+)
 from snowshard.sharding.analysis import IN_OPERATORS, from_entries, nested_selects
 from snowshard.sharding.criteria import criteria_of
 from snowshard.sharding.errors import SubqueryResultError, UnsupportedShardQuery
@@ -92,7 +96,7 @@ class Pulled:
     def run_form(self) -> Select[Any]:
         """The SELECT as it is run: an EXISTS needs one row at most."""
         if self.kind == "exists":  # its columns do not matter (and may be "*")
-            one = self.select.with_only_columns(literal(1), maintain_column_froms=True)
+            one = with_only_columns_keeping_froms(self.select, literal(1))
             return one.limit(1) if _unbounded(one) else one
         if self.kind == "scalar":
             return self.select.limit(2) if _unbounded(self.select) else self.select

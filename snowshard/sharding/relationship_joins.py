@@ -12,7 +12,10 @@ The ON clause is the relationship's ``primaryjoin`` in the two classes' attribut
 the criteria of ``User.orders.and_(...)`` added. On SQLAlchemy before 2.0.22, which gives
 a relationship join the statement's ``with_loader_criteria()`` conditions but not an
 explicit join, the ON clause also carries those of the target, and the WHERE clause those
-of the parent, where the ORM puts them for a relationship join. ``outerjoin`` and
+of the parent (unless the parent is itself a join's target), where the ORM puts them for a
+relationship join. Joins made before ``with_only_columns()`` (``Query.with_entities()``)
+replaced the columns, which SQLAlchemy keeps aside with the old columns, are rewritten
+too. ``outerjoin`` and
 ``full=True`` are kept, and so is an explicit left side (``join_from``). The statement is
 then planned as any explicit join: exact table by table when the ON clause equates a shard
 key of each model sharded alike, or with an unsharded model in the same database, and
@@ -33,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from sqlalchemy import and_
+from sqlalchemy import and_, inspect
 from sqlalchemy.orm import Mapper, RelationshipProperty
 from sqlalchemy.orm.exc import UnmappedColumnError
 from sqlalchemy.sql.elements import ColumnClause
@@ -67,8 +70,10 @@ def explicit_joins(statement: Any) -> Any:
         return statement
     explicit = with_joins(statement, [j if m is None else m[0] for j, m in zip(joins, made)])
     # before 2.0.22 the ORM also puts the criteria of a relationship join's parent in the
-    # WHERE clause, where it leaves out those of the left side of an explicit join
-    parents = {m[1] for m in made if m is not None}
+    # WHERE clause, where it leaves out those of the left side of an explicit join; not
+    # those of a parent that is itself the target of a join (of_type() aside)
+    joined = {_target_mapper(join) for join in joins}
+    parents = {m[1] for m in made if m is not None and inspect(m[1]) not in joined}
     where = [criteria_condition(o, c) for c in parents for o in criteria if applies_to(o, c)]
     return explicit.where(*where) if where else explicit
 
@@ -90,6 +95,13 @@ def explicit_nested_joins(statement: Any) -> Any:
 
 def _follows_relationships(statement: Any) -> bool:
     return any(_followed(join) is not None for join in joins_of(statement))
+
+
+def _target_mapper(join: tuple[Any, ...]) -> Any:
+    """The mapper a ``join()`` tuple joins to (its relationship's, or its named entity's),
+    or None for a table."""
+    followed = _followed(join)
+    return followed[0].mapper if followed is not None else parent_entity(join[0])
 
 
 def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any], Any]]:

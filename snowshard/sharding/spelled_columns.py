@@ -21,7 +21,7 @@ from sqlalchemy import Select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import FromClause
 
-from snowshard._compat import orm_annotated, raw_columns_of
+from snowshard._compat import orm_annotated, raw_columns_of, with_only_columns_keeping_froms
 from snowshard.sharding.analysis import models_named
 
 __all__ = ["spelled_columns"]
@@ -43,7 +43,7 @@ def _spelled(select: Select[Any]) -> Select[Any]:
     columns: list[Any] = []
     for entry in raw_columns_of(select):
         columns.extend(entry.c if _whole(entry) else [entry])
-    return select.with_only_columns(*columns, maintain_column_froms=True)
+    return with_only_columns_keeping_froms(select, *columns)
 
 
 def spelled_columns(statement: Any) -> Any:
