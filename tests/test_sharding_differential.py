@@ -436,10 +436,12 @@ _ITEM_CONDITIONS: list[Callable[[Any, Any], Any]] = [
 
 
 def _items_joined(draw: Any) -> Case:
-    """Orders and items joined (inner or left outer) on one or two random conditions (or
-    through ``Order.items``, whose ON clause they extend), or tied by them in WHERE,
-    counted or as rows (with a window partitioned by either side's key): one table's rows,
-    or refused where no condition ties the keys."""
+    """Orders and items joined (inner or left outer, either first) on one or two random
+    conditions (or through ``Order.items``, whose ON clause they extend), or tied by them
+    in WHERE, maybe then statuses joined from Order, counted or as rows (with a window
+    partitioned by either side's key), the columns maybe given after the joins
+    (``with_only_columns()``): one table's rows, or refused where no condition ties the
+    keys."""
     chosen = draw(st.lists(st.sampled_from(range(len(_ITEM_CONDITIONS))), min_size=1, max_size=2, unique=True))
     how = draw(st.sampled_from(["inner", "outer", "where"]))
     if how == "where" and chosen == [3]:  # no condition relates them: a cross join in ON
@@ -447,6 +449,10 @@ def _items_joined(draw: Any) -> Case:
     shape = draw(st.sampled_from(["counted", "rows", "window by order", "window by item"]))
     filters = _where(draw, None)
     through = how != "where" and draw(st.booleans())  # Order.items, with the conditions added
+    from_item = how != "where" and not through and draw(st.booleans())  # items JOIN orders
+    # then statuses, joined from Order (through Order.status_row, or by hand)
+    status = draw(st.sampled_from([None, None, "relationship", "join_from"]))
+    late = draw(st.booleans())  # the columns given by with_only_columns() after the joins
 
     def build(w: Models) -> Any:
         m, i = w.Order, w.Item
@@ -455,12 +461,23 @@ def _items_joined(draw: Any) -> Case:
         if shape.startswith("window"):  # by a key an outer join may NULL-extend, or not
             key = m.user_id if shape == "window by order" else i.user_id
             columns.append(func.count().over(partition_by=key))
-        statement = select(*columns).where(*[f(m) for f in filters])
+        if status is not None:
+            columns.append(func.count(w.Status.code) if shape == "counted" else w.Status.grp)
+        statement = select(m.id if late else columns[0], *([] if late else columns[1:]))
+        statement = statement.where(*[f(m) for f in filters])
         if how == "where":
-            return statement.where(tie)
-        if through:
-            return statement.select_from(m).join(m.items.and_(tie), isouter=how == "outer")
-        return statement.select_from(m).join(i, tie, isouter=how == "outer")
+            statement = statement.where(tie)
+        elif through:
+            statement = statement.select_from(m).join(m.items.and_(tie), isouter=how == "outer")
+        elif from_item:
+            statement = statement.select_from(i).join(m, tie, isouter=how == "outer")
+        else:
+            statement = statement.select_from(m).join(i, tie, isouter=how == "outer")
+        if status == "relationship":
+            statement = statement.outerjoin(m.status_row)
+        elif status == "join_from":
+            statement = statement.join_from(m, w.Status, m.status == w.Status.code, isouter=True)
+        return statement.with_only_columns(*columns) if late else statement
 
     return Case(build, [], False)
 
