@@ -10,6 +10,7 @@ go.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -324,9 +325,14 @@ def has_options(statement: Any) -> bool:
 
 
 def options_of(statement: Any) -> tuple[Any, ...]:
-    """The options of a statement, loader options included (``_with_options``, all
-    versions); () for a statement that takes none."""
-    return tuple(getattr(statement, "_with_options", ()))
+    """The options of a statement, loader options included: those given before
+    ``with_only_columns()`` (``Query.with_entities()``) replaced the columns, which the
+    SELECT keeps aside with its old columns and the ORM still applies, then its own
+    (``_memoized_select_entities`` and ``_with_options``, all versions); () for a
+    statement that takes none."""
+    memoized = getattr(statement, "_memoized_select_entities", ())
+    aside = [option for entities in memoized for option in entities._with_options]
+    return (*aside, *getattr(statement, "_with_options", ()))
 
 
 def criteria_condition(option: Any, entity: Any) -> Any:
@@ -355,8 +361,15 @@ def joins_of(statement: Any) -> tuple[Any, ...]:
     (or ``Query.with_entities()``) replaced the columns, which the SELECT keeps aside with
     its old columns, then its own (``_memoized_select_entities`` and ``_setup_joins``, all
     versions); () for other statements."""
-    found = [j for e in getattr(statement, "_memoized_select_entities", ()) for j in e._setup_joins]
-    return (*found, *getattr(statement, "_setup_joins", ()))
+    return (*joins_set_aside(statement), *getattr(statement, "_setup_joins", ()))
+
+
+def joins_set_aside(statement: Any) -> tuple[Any, ...]:
+    """The ``join()`` calls a SELECT keeps aside with the columns ``with_only_columns()``
+    replaced, as :func:`joins_of` gives them (``_memoized_select_entities``, all
+    versions)."""
+    memoized = getattr(statement, "_memoized_select_entities", ())
+    return tuple(join for entities in memoized for join in entities._setup_joins)
 
 
 def with_joins(statement: Any, joins: Sequence[tuple[Any, ...]]) -> Any:
@@ -374,6 +387,28 @@ def with_joins(statement: Any, joins: Sequence[tuple[Any, ...]]) -> Any:
     copied._memoized_select_entities = tuple(kept)
     copied._setup_joins = tuple(joins[start:])
     return copied
+
+
+def where_criteria_mappers(statement: Any) -> set[Any] | None:
+    """The mappers whose loader criteria the ORM puts in the WHERE clause of an ORM SELECT,
+    or None if the statement does not compile on its own.
+
+    Read from the compile state as ``_adjust_for_extra_criteria`` (2.0.x) decides: the
+    entity a FROM entry is annotated with (an entity given to ``select_from()``, a join
+    through a relationship of one) and the entities among the columns
+    (``extra_criteria_entities``), except those that are the right side of a join
+    (``_join_entities``); called on versions before 2.0.22 only.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = statement.compile().compile_state
+        found = [f._annotations.get("parententity") for f in state.from_clauses]
+        found.extend(state.extra_criteria_entities)
+        joined = set(state._join_entities)
+    except Exception:  # noqa: BLE001 - a statement only its database compiles
+        return None
+    return {e.mapper for e in found if e is not None and e not in joined}
 
 
 def explicit_join(from_: Any, target: Any, onclause: Any, flags: dict[str, Any]) -> tuple[Any, ...]:

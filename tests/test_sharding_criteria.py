@@ -23,6 +23,7 @@ from snowshard.orm import snowflake_pk
 from snowshard.sharding import Sharded, Shards, UnsupportedShardQuery
 from tests.worlds import (
     IDS,
+    Models,
     PlainOrder,
     SqlLog,
     World,
@@ -33,6 +34,7 @@ from tests.worlds import (
     split_databases,
 )
 from tests.backends import DatabaseFactory
+from tests.twin_setups import TWIN_BACKENDS, Filled, both_rows
 
 USERS = range(6)
 """Users 0..5 (user 2 named "hidden"), each with two orders of amounts 10u and 10u+1;
@@ -507,3 +509,43 @@ def test_criteria_given_to_a_subquery_are_refused(
     with world.session() as session, pytest.raises(UnsupportedShardQuery, match="subquery"):
         session.execute(select(Order.amount).where(Order.user_id.in_(inner)))
     assert sql_log.statements() == []
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+@pytest.mark.parametrize("entity", ["model", "column"])
+def test_criteria_given_before_with_only_columns_apply(
+    filled: Filled, backend: str, entity: str
+) -> None:
+    """Loader criteria given before with_only_columns() replaced the columns (which
+    SQLAlchemy keeps aside with the old columns, and still applies) filter as on one table."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models, criteria: bool = True) -> Any:
+        statement = select(w.Order if entity == "model" else w.Order.id)
+        if criteria:
+            statement = statement.options(with_loader_criteria(w.Order, lambda c: c.amount > 5))
+        return statement.with_only_columns(func.count(), func.sum(w.Order.amount))
+
+    got, twin = both_rows(world, shop, build)
+    everything, _ = both_rows(world, shop, lambda w: build(w, criteria=False))
+    assert got == twin and twin != everything
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["criteria after", "criteria before"])
+def test_criteria_beside_joins_made_before_with_only_columns_are_refused(
+    filled: Filled, before: bool
+) -> None:
+    """Loader criteria in a statement whose joins were made before with_only_columns()
+    are refused before any SQL (the ORM gives such joins criteria by rules of its own)."""
+    shop, world = filled("sqlite", 2)
+    w = shop.sharded
+    option = with_loader_criteria(w.Order, lambda c: c.amount > 5)
+    statement = select(w.Order).join(w.Order.items)
+    statement = statement.options(option) if before else statement
+    statement = statement.with_only_columns(func.count())
+    statement = statement if before else statement.options(option)
+    with world.session() as session:
+        world.log.clear()
+        with pytest.raises(UnsupportedShardQuery, match="with_only_columns"):
+            session.execute(statement)
+    assert len(world.log) == 0

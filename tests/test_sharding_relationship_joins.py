@@ -257,3 +257,28 @@ def test_legacy_query_with_entities_after_a_relationship_join(filled: Filled) ->
             for w in (shop.sharded, shop.twin)
         ]
     assert counted[0] == counted[1] == 60
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+@pytest.mark.parametrize("then", ["join_from", "join", "relationship"])
+def test_loader_criteria_of_a_parent_joined_on(filled: Filled, backend: str, then: str) -> None:
+    """with_loader_criteria(Order) over orders JOIN Order.items, then statuses joined on
+    (join_from(Order, Status), join(Status), or Order.status_row), counts as on one table on
+    every SQLAlchemy version (before 2.0.22 a join_from() after the relationship join takes
+    the parent's criteria out of the ORM's WHERE)."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        statement = select(func.count(), func.count(w.Status.code)).select_from(w.Order)
+        statement = statement.join(w.Order.items)
+        on = w.Order.status == w.Status.code
+        if then == "join_from":
+            statement = statement.join_from(w.Order, w.Status, on, isouter=True)
+        elif then == "join":
+            statement = statement.join(w.Status, on, isouter=True)
+        else:
+            statement = statement.outerjoin(w.Order.status_row)
+        return statement.options(with_loader_criteria(w.Order, w.Order.amount > 5))
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin

@@ -249,6 +249,19 @@ EXAMPLES: dict[str, list[Example]] = {
         ),
         Example("merged", lambda w: _legacy_count(w.Order, lambda cls: cls.amount > 3)),
         Example(
+            "merged",
+            lambda w: select(w.Order)
+            .options(with_loader_criteria(w.Order, lambda cls: cls.amount > 3))
+            .with_only_columns(func.sum(w.Order.amount)),
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.id)
+            .join(w.Order.items)
+            .with_only_columns(func.count())
+            .options(with_loader_criteria(w.Order, lambda cls: cls.amount > 3)),
+        ),
+        Example(
             "exact",
             lambda w: select(w.Order.id, w.Status.grp)
             .join(w.Status, w.Status.code == w.Order.status)

@@ -27,7 +27,12 @@ Refused before any SQL, with :class:`~snowshard.sharding.errors.UnsupportedShard
   tables would not be routed;
 * an option on a subquery of the statement only (SQLAlchemy applies a subquery's own
   options to nothing; one the statement has too, as the legacy ``Query.count()`` gives
-  it, applies from the statement).
+  it, applies from the statement);
+* any option in a statement whose joins were made before ``with_only_columns()``
+  (``Query.with_entities()``) replaced its columns: the ORM gives the models of such joins
+  criteria by rules of its own (none to a parent whose old column was the whole entity).
+  Options given before ``with_only_columns()``, which SQLAlchemy keeps aside with the old
+  columns and still applies, count as the statement's own.
 
 A ``do_orm_execute`` hook of a sharded session sees the physical statements (the session
 routes first). An option it adds there reaches the tables only where SQLAlchemy applies it
@@ -45,7 +50,7 @@ from typing import Any
 from sqlalchemy.orm import LoaderCriteriaOption, with_loader_criteria
 from sqlalchemy.sql.elements import ColumnElement
 
-from snowshard._compat import criteria_condition, options_of
+from snowshard._compat import criteria_condition, joins_set_aside, options_of
 from snowshard.sharding.analysis import models_in_subqueries, models_named, nested_selects
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import ShardedModel, model_of_mapper
@@ -125,6 +130,8 @@ def check_loader_criteria(
                 _check_option(option, model)
     if statement is None:
         return
+    if any(isinstance(o, LoaderCriteriaOption) for o in options):
+        _check_joins_set_aside(statement)
     own = {id(option) for option in options}
     for select in nested_selects(statement):
         for option in options_of(select):
@@ -137,6 +144,21 @@ def check_loader_criteria(
                         f"for the sharded model {model.name} give it to the statement: "
                         "it applies to its subqueries too"
                     )
+
+
+def _check_joins_set_aside(statement: Any) -> None:
+    """Refuse loader criteria beside joins made before ``with_only_columns()`` replaced the
+    columns: the ORM gives those joins' models criteria by rules of its own (none to a
+    parent whose old column was the whole entity), which the per-table statements, whose
+    joins are explicit, do not follow."""
+    if any(joins_set_aside(select) for select in (statement, *nested_selects(statement))):
+        raise UnsupportedShardQuery(
+            "with_loader_criteria() in a statement whose joins were made before "
+            "with_only_columns() (or Query.with_entities()) replaced its columns is not "
+            "supported: SQLAlchemy gives the models of such joins the criteria by rules of "
+            "its own, which the sharded statement would not follow; give the columns "
+            "first, e.g. select(func.count()).select_from(Order).join(Order.items)"
+        )
 
 
 def inert(option: Any, models: Iterable[ShardedModel]) -> Any:

@@ -12,10 +12,10 @@ The ON clause is the relationship's ``primaryjoin`` in the two classes' attribut
 the criteria of ``User.orders.and_(...)`` added. On SQLAlchemy before 2.0.22, which gives
 a relationship join the statement's ``with_loader_criteria()`` conditions but not an
 explicit join, the ON clause also carries those of the target, and the WHERE clause those
-of the parent (unless the parent is itself a join's target), where the ORM puts them for a
-relationship join. Joins made before ``with_only_columns()`` (``Query.with_entities()``)
-replaced the columns, which SQLAlchemy keeps aside with the old columns, are rewritten
-too. ``outerjoin`` and
+of each model the ORM gives them in the WHERE of the statement as written but not of its
+explicit form (a relationship join's parent, as its compile of each shows). Joins made
+before ``with_only_columns()`` (``Query.with_entities()``) replaced the columns, which
+SQLAlchemy keeps aside with the old columns, are rewritten too. ``outerjoin`` and
 ``full=True`` are kept, and so is an explicit left side (``join_from``). The statement is
 then planned as any explicit join: exact table by table when the ON clause equates a shard
 key of each model sharded alike, or with an unsharded model in the same database, and
@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from sqlalchemy import and_, inspect
+from sqlalchemy import and_
 from sqlalchemy.orm import Mapper, RelationshipProperty
 from sqlalchemy.orm.exc import UnmappedColumnError
 from sqlalchemy.sql.elements import ColumnClause
@@ -49,10 +49,12 @@ from snowshard._compat import (
     joins_of,
     parent_entity,
     relationship_join_extras,
+    where_criteria_mappers,
     with_joins,
 )
 from snowshard.sharding.analysis import nested_selects
 from snowshard.sharding.criteria import applies_to, criteria_of
+from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.model import model_of_mapper
 
 __all__ = ["explicit_joins", "explicit_nested_joins"]
@@ -68,14 +70,35 @@ def explicit_joins(statement: Any) -> Any:
     made = [_explicit(join, criteria) for join in joins]
     if all(m is None for m in made):
         return statement
-    explicit = with_joins(statement, [j if m is None else m[0] for j, m in zip(joins, made)])
-    # before 2.0.22 the ORM also puts the criteria of a relationship join's parent in the
-    # WHERE clause, where it leaves out those of the left side of an explicit join; not
-    # those of a parent that is itself the target of a join (of_type() aside)
-    joined = {_target_mapper(join) for join in joins}
-    parents = {m[1] for m in made if m is not None and inspect(m[1]) not in joined}
-    where = [criteria_condition(o, c) for c in parents for o in criteria if applies_to(o, c)]
+    explicit = with_joins(statement, [j if m is None else m for j, m in zip(joins, made)])
+    if not criteria:
+        return explicit
+    # before 2.0.22 the ORM may also put the criteria of a relationship join's parent in
+    # the WHERE clause (when the FROM entry the join ends in is annotated with it), where
+    # it gives the left side of an explicit join none: the WHERE gets what it would give
+    where = [criteria_condition(o, m.class_) for m in _where_only_in(statement, explicit)
+             for o in criteria if applies_to(o, m.class_)]  # fmt: skip
     return explicit.where(*where) if where else explicit
+
+
+def _where_only_in(statement: Any, explicit: Any) -> list[Mapper[Any]]:
+    """The mappers the ORM gives loader criteria in the WHERE of ``statement``, not of
+    its ``explicit`` form; refuses one that only the explicit form gives them."""
+    before, after = where_criteria_mappers(statement), where_criteria_mappers(explicit)
+    if before is None or after is None:
+        raise UnsupportedShardQuery(
+            "with_loader_criteria() beside a join through a relationship of a sharded model "
+            "is not supported on SQLAlchemy before 2.0.22 for a statement that compiles "
+            "only for its database; join with an explicit ON clause instead"
+        )
+    if after - before:
+        raise UnsupportedShardQuery(
+            "with_loader_criteria() beside this join through a relationship of a sharded "
+            "model is not supported on SQLAlchemy before 2.0.22: written as its explicit "
+            "join, the ORM would apply the criteria to more rows; join with an explicit ON "
+            "clause instead, or upgrade SQLAlchemy"
+        )
+    return sorted(before - after, key=lambda m: m.class_.__name__)
 
 
 def explicit_nested_joins(statement: Any) -> Any:
@@ -97,13 +120,6 @@ def _follows_relationships(statement: Any) -> bool:
     return any(_followed(join) is not None for join in joins_of(statement))
 
 
-def _target_mapper(join: tuple[Any, ...]) -> Any:
-    """The mapper a ``join()`` tuple joins to (its relationship's, or its named entity's),
-    or None for a table."""
-    followed = _followed(join)
-    return followed[0].mapper if followed is not None else parent_entity(join[0])
-
-
 def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any], Any]]:
     """``(relationship, attribute)`` of a ``join()`` tuple this module rewrites, or None:
     a relationship of :func:`_relationship`, into its own target, without ``of_type()``."""
@@ -117,14 +133,11 @@ def _followed(join: tuple[Any, ...]) -> Optional[tuple[RelationshipProperty[Any]
     return prop, attribute
 
 
-def _explicit(
-    join: tuple[Any, ...], criteria: Sequence[Any]
-) -> Optional[tuple[tuple[Any, ...], type]]:
-    """The explicit form of one ``join()`` tuple and the class whose relationship it
-    follows, or None to leave it as it is. The ON clause also carries the conditions of
-    those of the statement's loader ``criteria`` that apply to the target, which the ORM
-    adds to a relationship join itself (and, on SQLAlchemy before 2.0.22, to no explicit
-    join)."""
+def _explicit(join: tuple[Any, ...], criteria: Sequence[Any]) -> Optional[tuple[Any, ...]]:
+    """The explicit form of one ``join()`` tuple, or None to leave it as it is. The ON
+    clause also carries the conditions of those of the statement's loader ``criteria``
+    that apply to the target, which the ORM adds to a relationship join itself (and, on
+    SQLAlchemy before 2.0.22, to no explicit join)."""
     followed = _followed(join)
     if followed is None:
         return None
@@ -138,9 +151,8 @@ def _explicit(
     if extras:
         on = and_(on, *extras)
     from_, flags = join[2:4]
-    parent: type = prop.parent.class_
-    left = from_ if from_ is not None else parent
-    return explicit_join(left, target, on, dict(flags)), parent
+    left = from_ if from_ is not None else prop.parent.class_
+    return explicit_join(left, target, on, dict(flags))
 
 
 def _relationship(attribute: Any) -> Optional[RelationshipProperty[Any]]:
