@@ -101,3 +101,15 @@ def test_insert_from_select_is_refused(session: ShardedSession, sql_log: SqlLog)
     with pytest.raises(UnsupportedShardQuery, match=r"from_select.*pass them"):
         session.execute(sa.insert(Order).from_select(["user_id", "amount"], rows))
     assert len(sql_log) == 0
+
+
+def test_keys_no_shard_satisfies_are_sent_as_written(
+    session: ShardedSession, sql_log: SqlLog
+) -> None:
+    """delete() where user_id IN (1, 2) AND user_id IN (3, 4), which no shard satisfies,
+    deletes nothing from the one table that answers, with neither IN emptied there."""
+    statement = sa.delete(Order).where(Order.user_id.in_([1, 2]), Order.user_id.in_([3, 4]))
+    assert cast("CursorResult[Any]", session.execute(statement)).rowcount == 0
+    assert [(s.verb, s.tables) for s in sql_log] == [("DELETE", {"orders_00"})]
+    # the IN of users 1 and 2 (shards 1 and 2) is kept whole, not emptied for shard 0
+    assert sorted(next(iter(sql_log)).params) == [1, 2, 4]

@@ -147,9 +147,15 @@ def _targets(models: Sequence[ShardedModel], shards: tuple[int, ...]) -> dict[Sh
 def _narrowed(
     route_: Route, targets: Mapping[ShardedModel, Target], shard: int
 ) -> dict[int, ClauseElement]:
-    # only a key term whose values span several shards needs its share per shard
+    # only a key term whose values span several shards needs its share per shard. One with
+    # none in this shard (keys no shard satisfies: any one shard answers "none") stays as
+    # written: its share would be an empty IN, which SQLAlchemy renders always false, where
+    # MariaDB then sends no result set for DELETE ... RETURNING (the ORM's
+    # synchronize_session="fetch"), which SQLAlchemy before 2.0.23 fails to read
     return {
-        id(t.expr): narrow(t, targets[t.model], shard) for t in route_.terms if len(t.by_shard) > 1
+        id(t.expr): narrow(t, targets[t.model], shard)
+        for t in route_.terms
+        if len(t.by_shard) > 1 and shard in t.by_shard
     }
 
 
