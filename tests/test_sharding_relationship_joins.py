@@ -282,3 +282,26 @@ def test_loader_criteria_of_a_parent_joined_on(filled: Filled, backend: str, the
 
     got, twin = both_rows(world, shop, build)
     assert got == twin
+
+
+@pytest.mark.parametrize("backend", TWIN_BACKENDS)
+@pytest.mark.parametrize("side", ["target", "parent"])
+def test_loader_criteria_beside_a_relationship_join_in_a_subquery(
+    filled: Filled, backend: str, side: str
+) -> None:
+    """with_loader_criteria() on Item or Order, with join(Order.items) inside an IN
+    subquery, counts as on one table (the rewrite once tried to copy the option, which
+    SQLAlchemy cannot, and raised AttributeError)."""
+    shop, world = filled(backend, 2)
+
+    def build(w: Models) -> Any:
+        if side == "target":
+            option = with_loader_criteria(w.Item, lambda cls: cls.qty > 2)
+        else:
+            option = with_loader_criteria(w.Order, lambda cls: cls.amount > 5)
+        inner = select(w.Order.user_id).join(w.Order.items).where(w.Item.qty > 1)
+        statement = select(func.count()).select_from(w.Order)
+        return statement.where(w.Order.user_id.in_(inner)).options(option)
+
+    got, twin = both_rows(world, shop, build)
+    assert got == twin

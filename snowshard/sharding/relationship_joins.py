@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from sqlalchemy import and_
-from sqlalchemy.orm import Mapper, RelationshipProperty
+from sqlalchemy.orm import LoaderCriteriaOption, Mapper, RelationshipProperty
 from sqlalchemy.orm.exc import UnmappedColumnError
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.visitors import iterate, replacement_traverse
@@ -110,6 +110,8 @@ def explicit_nested_joins(statement: Any) -> Any:
         def replace(element: Any) -> Any:
             if element is not statement and id(element) in inner:
                 return explicit_nested_joins(element)
+            if isinstance(element, LoaderCriteriaOption):
+                return element  # kept as it is: SQLAlchemy cannot copy one
             return None
 
         statement = replacement_traverse(statement, {}, replace)  # type: ignore[call-overload]
