@@ -214,8 +214,11 @@ def _grouped(draw: Any) -> Case:
 
 def _nested(draw: Any) -> Case:
     """Orders filtered by a subquery (scalar, EXISTS written out or built by ``.any()`` /
-    ``.has()``, IN), or joined to their items."""
-    kinds = ["scalar", "exists_item", "in_notes", "exists_notes", "join", "in_keys", "any", "has"]
+    ``.has()``, IN, IN over a join through ``Order.items``), or joined to their items."""
+    kinds = [
+        "scalar", "exists_item", "in_notes", "exists_notes", "join", "in_keys", "in_through",
+        "any", "has",
+    ]  # fmt: skip
     kind = draw(st.sampled_from(kinds))
     filters = _where(draw, None)
     # key IN (SELECT key ...): exact when grouped, if at all, by the key; refused otherwise
@@ -239,6 +242,9 @@ def _nested(draw: Any) -> Case:
             return statement.where(m.user_id.in_(select(note.id)))
         if kind == "exists_notes":
             return statement.where(exists(select(note.id).where(note.label == "u3")))
+        if kind == "in_through":  # a join through Order.items inside the subquery
+            keys = select(m.user_id).join(m.items).where(i.qty >= 4)
+            return statement.where(m.user_id.not_in(keys) if negated else m.user_id.in_(keys))
         if kind == "in_keys":
             keys = select(i.user_id if grouped != "qty" else func.min(i.user_id))
             keys = keys.where(i.qty >= 4)
