@@ -19,6 +19,7 @@ from sqlalchemy import (
     cast,
     distinct,
     func,
+    literal,
     literal_column,
     select,
     text,
@@ -86,6 +87,55 @@ def test_avg_divided_by_a_constant_is_exact(shop: Setup) -> None:
         return
     got, twin = _both(shop, build)
     assert got == twin and len(got) == 4
+
+
+def test_avg_typed_float_is_the_float_one_table_gives(shop: Setup) -> None:
+    """avg(x, type_=Float), per group and overall, is the float SQLAlchemy makes of the
+    database's AVG (PostgreSQL's NUMERIC, MariaDB's DECIMAL of 4 decimals), not a Decimal."""
+    for build in (
+        _grouped(lambda m: func.avg(m.amount, type_=Float)),
+        lambda m: select(func.avg(m.amount, type_=Float), func.avg(m.amount, type_=Float) * 2),
+    ):
+        got, twin = _both(shop, build)
+        assert got == twin and got and all(v[0] in ("float", "NoneType") for v in got[0])
+
+
+def test_avg_of_a_numeric_expression_has_one_tables_type(shop: Setup) -> None:
+    """avg(cast(x, Numeric(10, 2))) per group and overall has the type and scale one table
+    gives: SQLite's REAL as a float (the AVG is untyped), a NUMERIC or DECIMAL elsewhere."""
+    average = lambda m: func.avg(cast(m.amount, Numeric(10, 2)))  # noqa: E731
+    for build in (_grouped(average), lambda m: select(average(m))):
+        got, twin = _both(shop, build)
+        assert got == twin and got
+
+
+def test_avg_of_floats_typed_numeric_has_one_tables_type(shop: Setup) -> None:
+    """avg of a NUMERIC-typed expression that the database computes in floating point
+    (a float bound value on PostgreSQL, REAL on SQLite) and of REAL values typed
+    Numeric(10, 4) equals one table's: the AVG's float, or its Decimal of scale 4 (quarters:
+    their float sums are exact in any order)."""
+    for build in (
+        _grouped(
+            lambda m: func.avg(cast(m.amount, Numeric(10, 2)) * literal(0.25, Numeric(10, 2)))
+        ),
+        _grouped(lambda m: func.avg(cast(m.amount, Float) / 4, type_=Numeric(10, 4))),
+    ):
+        got, twin = _both(shop, build)
+        assert got == twin and len(got) == 4
+
+
+def test_distinct_sum_and_avg_typed_float_give_one_tables_types(shop: Setup) -> None:
+    """sum/avg(DISTINCT x, type_=Float) beside the untyped sum(DISTINCT x) of the same x,
+    per group and overall, have one table's types (floats where typed, on SQLite whatever
+    the type's processor makes of the database's value)."""
+    columns = (
+        lambda m: func.sum(distinct(m.amount)),
+        lambda m: func.sum(distinct(m.amount), type_=Float),
+        lambda m: func.avg(distinct(m.amount), type_=Float),
+    )
+    for build in (_grouped(*columns), lambda m: select(*(c(m) for c in columns))):
+        got, twin = _both(shop, build)
+        assert got == twin and got
 
 
 def test_cast_of_a_division_is_exact_without_groups(shop: Setup) -> None:

@@ -55,6 +55,8 @@ __all__ = [
     "integer_average",
     "integer_sum",
     "numeric_average",
+    "raw_average",
+    "scale_of",
 ]
 
 DIALECTS = frozenset({"postgresql", "mysql", "mariadb", "sqlite"})
@@ -159,6 +161,24 @@ def integer_average(total: int, count: int, dialect: str) -> Any:
     if dialect in ("mysql", "mariadb"):
         return _decimal_quotient(total, count, _MYSQL_DIV_INCREMENT)
     return total / count
+
+
+def raw_average(total: Any, count: int, dialect: str) -> Any:
+    """``AVG`` of ``count`` values whose ``SUM`` is ``total`` (as the driver returns a SUM:
+    read with no SQLAlchemy type), as the driver returns that AVG: a float over floats and
+    always on SQLite (whose AVG is REAL), else a NUMERIC division on PostgreSQL and a
+    DECIMAL with the sum's scale plus ``div_precision_increment`` (4) decimals, rounded
+    half away from zero, on MariaDB/MySQL."""
+    if isinstance(total, float) or dialect not in ("postgresql", "mysql", "mariadb"):
+        return float(total) / count
+    if dialect == "postgresql":
+        return numeric_average(total, count)
+    return _decimal_quotient(total, count, _scale(Decimal(total)) + _MYSQL_DIV_INCREMENT)
+
+
+def scale_of(value: Decimal) -> int:
+    """The decimals of a Decimal (0 for an integer value, NaN and infinities)."""
+    return _scale(value)
 
 
 def _as_pg_numeric(value: Any) -> Decimal:

@@ -36,7 +36,7 @@ from sqlalchemy.sql.elements import (
 )
 from sqlalchemy.sql.functions import FunctionElement, func
 from sqlalchemy.sql.selectable import Exists
-from sqlalchemy.types import Integer
+from sqlalchemy.types import Integer, NullType
 
 from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import aggregate_function, describe, function_kind, walk
@@ -186,7 +186,7 @@ class Atoms:
         index = self._add(element, name)
         if name == "avg":
             (argument,) = function.clauses
-            total: Any = func.sum(argument)
+            total: Any = func.sum(argument, type_=NullType())  # raw: the driver's SUM
             count: Any = func.count(argument)
             if isinstance(element, FunctionFilter):  # both over the rows the filter keeps
                 total, count = total.filter(element.criterion), count.filter(element.criterion)

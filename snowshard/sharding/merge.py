@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
@@ -99,7 +99,7 @@ from snowshard.sharding.analysis import (
     selected_entities,
     walk,
 )
-from snowshard.sharding.arith import integer_average, integer_sum, numeric_average
+from snowshard.sharding.arith import integer_average, integer_sum, raw_average, scale_of
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -228,6 +228,39 @@ def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) ->
     return integer_average(sum(present), len(present), dialect)
 
 
+def _typed(output: Callable[[Any], Any], column: Any, dialect: str) -> Callable[[Any], Any]:
+    """``output``, or for a column that is ``sum``/``avg(DISTINCT x)`` itself, ``output``
+    then what SQLAlchemy does to the database's value for the column's type: the merge
+    computes that value from the distinct values as the database types it (an integer,
+    NUMERIC, DECIMAL or SQLite's REAL), and several such columns of one ``x`` share it
+    whatever their types. A type read as floats (``type_=Float``) gives a float; on SQLite
+    the type's own result processor runs, as for any column there."""
+    plain = _unwrap(column)
+    if not (isinstance(plain, FunctionElement) and str(plain.name).lower() in ("sum", "avg")):
+        return output
+    if not any(
+        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
+        for a in plain.clauses
+    ):
+        return output
+    type_ = plain.type
+    convert: Callable[[Any], Any] | None = None
+    if dialect == "sqlite":
+        found = sqlite.dialect()
+        convert = type_.dialect_impl(found).result_processor(found, None)
+    elif isinstance(type_, (Float, Numeric)) and not type_.asdecimal:  # 2.1: no subclass
+        convert = float
+    if convert is None:
+        return output
+    final = convert
+
+    def typed(values: Any) -> Any:
+        value = output(values)
+        return value if value is None else final(value)
+
+    return typed
+
+
 def _check_tuples(elements: Iterable[Any], what: str) -> None:
     """Refuse a row value (``tuple_(a, b)``) as an ORDER BY or GROUP BY item: a merge sends
     each item as a column, and a row value is no column (SQLAlchemy cannot select it)."""
@@ -257,18 +290,23 @@ def _source_limit(limit: int, offset: int) -> Any:
 
 
 def _average(total: Any, count: Any, partial: Iterable[Any], dialect: str) -> Any:
+    """AVG over every source's rows from the sum of their raw SUMs (``total``) and their
+    COUNTs: the value the database gives one table (:func:`~.arith.raw_average`), handed
+    out as SQLAlchemy hands out the sources' own AVGs (``partial``): a float where those
+    are floats (an AVG typed ``Float``), a Decimal of their scale where those are Decimals
+    made from floats (an AVG typed ``Numeric`` over REAL values)."""
     if not count or total is None:
         return None
-    if dialect == "postgresql" and not isinstance(total, float):
-        return numeric_average(total, count)  # NUMERIC sum / count, PostgreSQL's scale
-    # the type (and scale) the database gives AVG: Decimal on MySQL (whose
-    # div_precision_increment keeps 4 decimals beyond the argument's), float on SQLite
-    decimals = [value for value in partial if isinstance(value, Decimal)]
-    if not decimals:
-        return total / count
-    exact = Decimal(total) / Decimal(count)
-    exponent = min(int(value.as_tuple().exponent) for value in decimals)
-    return exact.quantize(Decimal(1).scaleb(exponent), rounding=ROUND_HALF_UP)
+    value = raw_average(total, count, dialect)
+    shown = [v for v in partial if v is not None]
+    if not shown:
+        return value
+    if isinstance(shown[0], float) and isinstance(value, Decimal):
+        return float(value)
+    if isinstance(shown[0], Decimal) and isinstance(value, float):
+        scale = max(scale_of(v) for v in shown if isinstance(v, Decimal))
+        return Decimal(f"{value:.{scale}f}")
+    return value
 
 
 def _combine(kind: str, values: Iterable[Any]) -> Any:
@@ -470,7 +508,7 @@ class MergePlan:
             self.grouping.append(weights.get(key, key))
         for column in columns:
             try:
-                self.outputs.append(compile_expression(column, atoms))
+                self.outputs.append(_typed(compile_expression(column, atoms), column, self.dialect))
                 plain = _unwrap(column)
                 self.direct.append(
                     atoms.key(plain) is not None
