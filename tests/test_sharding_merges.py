@@ -30,7 +30,7 @@ from snowshard.sharding import UnsupportedShardQuery
 from snowshard.sharding.driver_errors import ShardOperationError
 from snowshard.sharding.arith import MergedDivisionByZero
 from snowshard.sharding.merge import MergePlan, sort_key
-from tests.shop_setup import Setup
+from tests.shop_setup import Setup, refused_before_sql
 
 
 def _exact(rows: Any) -> list[tuple[Any, ...]]:
@@ -94,7 +94,7 @@ def test_avg_typed_float_is_the_float_one_table_gives(shop: Setup) -> None:
     database's AVG (PostgreSQL's NUMERIC, MariaDB's DECIMAL of 4 decimals), not a Decimal."""
     for build in (
         _grouped(lambda m: func.avg(m.amount, type_=Float)),
-        lambda m: select(func.avg(m.amount, type_=Float), func.avg(m.amount, type_=Float) * 2),
+        lambda m: select(func.avg(m.amount, type_=Float), func.avg(m.user_id, type_=Float)),
     ):
         got, twin = _both(shop, build)
         assert got == twin and got and all(v[0] in ("float", "NoneType") for v in got[0])
@@ -136,6 +136,55 @@ def test_distinct_sum_and_avg_typed_float_give_one_tables_types(shop: Setup) -> 
     for build in (_grouped(*columns), lambda m: select(*(c(m) for c in columns))):
         got, twin = _both(shop, build)
         assert got == twin and got
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        _grouped(lambda m: func.avg(m.amount) * 2),
+        _grouped(lambda m: func.avg(m.amount) + 0.5),
+        _grouped(lambda m: func.coalesce(func.avg(m.amount), 0)),
+        lambda m: select(m.status).group_by(m.status).having(func.avg(m.amount) > 5),
+        lambda m: _grouped(lambda n: func.count())(m).order_by(func.avg(m.amount) * 2),
+    ],
+    ids=["times-2", "plus-float", "coalesce", "having", "order-by-expression"],
+)
+def test_avg_inside_an_expression_is_exact_or_refused_on_mariadb(shop: Setup, build: Any) -> None:
+    """AVG inside arithmetic, COALESCE, HAVING or an ORDER BY expression equals one table's
+    on PostgreSQL and SQLite, and is refused before any SQL on MariaDB, which computes it
+    there with more digits than it returns (5.444444444 * 2, not 5.4444 * 2)."""
+    if shop.name.startswith("mysql"):
+        refused_before_sql(shop, build(shop.schema.Order), "more digits than it returns")
+        return
+    got, twin = _both(shop, build)
+    assert got == twin and got
+
+
+def test_bare_avg_columns_and_order_are_merged_on_every_backend(shop: Setup) -> None:
+    """AVG as a column of its own and as an ORDER BY item of its own stays merged, MariaDB
+    included, and equals one table's."""
+    got, twin = _both(
+        shop,
+        lambda m: select(m.user_id, func.avg(m.amount))
+        .group_by(m.user_id)
+        .order_by(func.avg(m.amount).desc(), m.user_id),
+    )
+    assert got == twin and len(got) == 8
+
+
+def test_computed_numeric_column_over_a_float_has_one_tables_type(shop: Setup) -> None:
+    """avg(x) * a Numeric(3, 1) float bound value, and avg(x, type_=Float) * 2, have one
+    table's type and value where merged (PostgreSQL computes the first in float8, which
+    SQLAlchemy reads as a Decimal of scale 1; the second in NUMERIC, read as a float)."""
+    for build in (
+        _grouped(lambda m: func.avg(m.amount) * literal(1.5, Numeric(3, 1))),
+        _grouped(lambda m: func.avg(m.amount, type_=Float) * 2),
+    ):
+        if shop.name.startswith("mysql"):
+            refused_before_sql(shop, build(shop.schema.Order), "more digits than it returns")
+            continue
+        got, twin = _both(shop, build)
+        assert got == twin and len(got) == 4
 
 
 def test_cast_of_a_division_is_exact_without_groups(shop: Setup) -> None:

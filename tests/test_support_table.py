@@ -459,7 +459,12 @@ EXAMPLES: dict[str, list[Example]] = {
                 case((and_(func.count() > 3, func.sum(w.Order.amount) < 80), "many"), else_="few"),
                 func.coalesce(func.sum(w.Order.amount), 0) * 2 + w.Order.user_id,
             ).group_by(w.Order.status, w.Order.user_id),
-        )
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.status, func.avg(w.Order.amount) * 2).group_by(w.Order.status),
+            backends=("mysql",),
+        ),
     ],
     "`/`, `//` and CAST (to integer or float) over aggregates": [
         Example("merged", lambda w: select(func.sum(w.Order.amount) / func.count())),
@@ -505,7 +510,23 @@ EXAMPLES: dict[str, list[Example]] = {
             .having(func.avg(w.Order.amount) > 4)
             .order_by(func.sum(w.Order.amount).desc(), w.Order.user_id),
             ordered=True,
-        )
+            backends=("sqlite", "postgresql"),
+        ),
+        Example(
+            "merged",
+            lambda w: select(w.Order.user_id, func.avg(w.Order.amount))
+            .group_by(w.Order.user_id)
+            .having(func.sum(w.Order.amount) > 4 * func.count(w.Order.amount))
+            .order_by(func.avg(w.Order.amount).desc(), w.Order.user_id),
+            ordered=True,
+        ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.user_id)
+            .group_by(w.Order.user_id)
+            .having(func.avg(w.Order.amount) > 4),
+            backends=("mysql",),
+        ),
     ],
     "window functions partitioned by the shard key (or a column derived from it)": [
         Example("exact", lambda w: select(w.Order.id, func.count().over(partition_by=w.Order.user_id))),

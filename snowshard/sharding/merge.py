@@ -261,6 +261,50 @@ def _typed(output: Callable[[Any], Any], column: Any, dialect: str) -> Callable[
     return typed
 
 
+_NUMERIC_READERS = ("postgresql", "mysql", "mariadb")
+
+
+def _numeric_reader(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
+    """What SQLAlchemy's numeric type ``type_`` does to a value PostgreSQL or MariaDB computes
+    for it: a float the database computed (a float bound value in the expression) read as
+    a Decimal of the type's scale (``Numeric``, PostgreSQL), a Decimal read as a float
+    (``Float``). None for other types and dialects."""
+    if not isinstance(type_, (Float, Numeric)) or dialect not in _NUMERIC_READERS:
+        return None
+    if not type_.asdecimal:
+        return lambda value: float(value) if isinstance(value, Decimal) else value
+    if dialect != "postgresql":
+        return None
+    scale = next((s for s in (type_.decimal_return_scale, type_.scale) if s is not None), 10)
+    return lambda value: Decimal(f"{value:.{scale}f}") if isinstance(value, float) else value
+
+
+def _is_avg(element: Any) -> bool:
+    function = aggregate_function(element)
+    return isinstance(function, FunctionElement) and str(function.name).lower() == "avg"
+
+
+def _check_avg_inside(element: Any, dialect: str, where: str) -> None:
+    """Refuse, on MariaDB/MySQL, AVG inside an expression (arithmetic, CASE, COALESCE, a
+    comparison in HAVING): the database computes it there with more digits than it returns
+    (``AVG(x) * 2`` doubles 5.444444444, not the 5.4444 the merge gets), so the merge
+    cannot rebuild the expression. AVG as a column of its own, or an ORDER BY item of its
+    own (sorted by the value returned), is merged."""
+    if element is None or dialect not in ("mysql", "mariadb"):
+        return
+    plain = _unwrap(element)
+    if where != "HAVING" and _is_avg(plain):
+        return
+    if any(_is_avg(item) for item in walk(plain)):
+        raise UnsupportedShardQuery(
+            f"{describe(element)} in {where} across shards: {dialect} computes AVG inside an "
+            "expression with more digits than it returns, so the merge cannot rebuild it "
+            "from the returned AVG; select AVG(x) as a column of its own, write SUM(x) / "
+            "COUNT(x) instead (in HAVING, compare SUM(x) with n * COUNT(x)), or route the "
+            "query to one shard"
+        )
+
+
 def _check_tuples(elements: Iterable[Any], what: str) -> None:
     """Refuse a row value (``tuple_(a, b)``) as an ORDER BY or GROUP BY item: a merge sends
     each item as a column, and a row value is no column (SQLAlchemy cannot select it)."""
@@ -289,17 +333,21 @@ def _source_limit(limit: int, offset: int) -> Any:
     return literal_column(str(limit), Integer)
 
 
-def _average(total: Any, count: Any, partial: Iterable[Any], dialect: str) -> Any:
+def _average(total: Any, count: Any, dialect: str) -> Any:
     """AVG over every source's rows from the sum of their raw SUMs (``total``) and their
-    COUNTs: the value the database gives one table (:func:`~.arith.raw_average`), handed
-    out as SQLAlchemy hands out the sources' own AVGs (``partial``): a float where those
-    are floats (an AVG typed ``Float``), a Decimal of their scale where those are Decimals
-    made from floats (an AVG typed ``Numeric`` over REAL values)."""
+    COUNTs: the value the database computes for one table (:func:`~.arith.raw_average`),
+    which expressions over the AVG start from."""
     if not count or total is None:
         return None
-    value = raw_average(total, count, dialect)
+    return raw_average(total, count, dialect)
+
+
+def _shown_as(value: Any, partial: Iterable[Any]) -> Any:
+    """A merged AVG column as SQLAlchemy hands out the sources' own AVGs (``partial``): a
+    float where those are floats (an AVG typed ``Float``), a Decimal of their scale where
+    those are Decimals made from floats (an AVG typed ``Numeric`` over REAL values)."""
     shown = [v for v in partial if v is not None]
-    if not shown:
+    if value is None or not shown:
         return value
     if isinstance(shown[0], float) and isinstance(value, Decimal):
         return float(value)
@@ -380,6 +428,9 @@ class MergePlan:
         )
         self.outputs: list[Evaluator] = []
         self.direct: list[bool] = []
+        self.averages: dict[int, int] = {}
+        """Column position -> helper of the AVG that is the whole column (handed out as
+        the sources' AVGs are: :func:`_shown_as`)."""
         """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
         self.having: Evaluator | None = None
         self.order: list[tuple[Any, bool, bool]] = []
@@ -475,10 +526,11 @@ class MergePlan:
         the merge checks before it reads (:func:`~.ranking.check_code_point`)."""
 
     def _process(self) -> list[Any]:
-        """What SQLAlchemy does to each computed column's SQLite value (NUMERIC -> Decimal);
-        PostgreSQL's and MariaDB's drivers return the final types themselves."""
+        """What SQLAlchemy does to each computed column's value: on SQLite its type's result
+        processor (NUMERIC -> Decimal); elsewhere what its numeric types do to the value the
+        database computes (:func:`_numeric_reader`)."""
         if self.processors is None:
-            found: list[Any] = [None] * len(self.types)
+            found: list[Any] = [_numeric_reader(t, self.dialect) for t in self.types]
             if self.dialect == "sqlite":
                 dialect = sqlite.dialect()
                 found = [
@@ -506,10 +558,15 @@ class MergePlan:
             if weight is not None:
                 weights[key] = atoms.add_weight(weight)
             self.grouping.append(weights.get(key, key))
+        for part, where in [*((c, "the columns") for c in columns), (having, "HAVING"),
+                            *((e, "ORDER BY") for e, _, _ in order)]:  # fmt: skip
+            _check_avg_inside(part, self.dialect, where)
         for column in columns:
             try:
                 self.outputs.append(_typed(compile_expression(column, atoms), column, self.dialect))
                 plain = _unwrap(column)
+                if _is_avg(plain) and atoms.kinds[atoms.aggregate(plain)] == "avg":
+                    self.averages[len(self.outputs) - 1] = atoms.aggregate(plain)
                 self.direct.append(
                     atoms.key(plain) is not None
                     or isinstance(plain, FunctionElement)
@@ -669,11 +726,16 @@ class MergePlan:
                     values[index] = chosen[base + index]
                     values[weight] = chosen[base + weight]
             for total, count, average in atoms.averages:
-                partial = [r[base + average] for r in members]
-                values[average] = _average(values[total], values[count], partial, self.dialect)
+                values[average] = _average(values[total], values[count], self.dialect)
             if self.having is not None and self.having(values) is not True:
                 continue
             outputs = tuple(output(values) for output in self.outputs)
+            if self.averages:
+                shown = list(outputs)
+                for position, average in self.averages.items():
+                    partial = [r[base + average] for r in members]
+                    shown[position] = _shown_as(shown[position], partial)
+                outputs = tuple(shown)
             if any(processors):
                 outputs = tuple(
                     v if f is None or v is None or k else f(v)
