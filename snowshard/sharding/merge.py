@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
@@ -99,7 +98,7 @@ from snowshard.sharding.analysis import (
     selected_entities,
     walk,
 )
-from snowshard.sharding.arith import integer_average, integer_sum, raw_average, scale_of
+from snowshard.sharding.arith import integer_average, integer_sum, raw_average
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -122,6 +121,7 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
+from snowshard.sharding.merged_types import numeric_reader, shown_as, typed_distinct, unlabelled
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.modifiers import check_modifiers
 from snowshard.sharding.ranking import Ranker, rank_columns, required
@@ -152,7 +152,7 @@ class _Reversed:
 def _check_sql_text(element: Any) -> None:
     """Refuse ordering a merge by SQL text (``text()``, ``literal_column()``): the text may
     hold its own direction, NULLS or COLLATE, which the merge cannot read."""
-    plain = _unwrap(element)
+    plain = unlabelled(element)
     if isinstance(plain, TextClause) or (isinstance(plain, ColumnClause) and plain.is_literal):
         raise UnsupportedShardQuery(
             f"ORDER BY {describe(plain)} across shards: SQL text (text(), literal_column()) "
@@ -165,12 +165,6 @@ def _labelled(element: Any, statement: Select[Any]) -> Any:
     """``element``, or the selected column it names by label (``order_by("total")``)."""
     if isinstance(element, TextualLabelReference):
         return statement.selected_columns[element.element]
-    return element
-
-
-def _unwrap(element: Any) -> Any:
-    while isinstance(element, (Label, LabelReference)):
-        element = element.element
     return element
 
 
@@ -228,57 +222,6 @@ def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) ->
     return integer_average(sum(present), len(present), dialect)
 
 
-def _typed(output: Callable[[Any], Any], column: Any, dialect: str) -> Callable[[Any], Any]:
-    """``output``, or for a column that is ``sum``/``avg(DISTINCT x)`` itself, ``output``
-    then what SQLAlchemy does to the database's value for the column's type: the merge
-    computes that value from the distinct values as the database types it (an integer,
-    NUMERIC, DECIMAL or SQLite's REAL), and several such columns of one ``x`` share it
-    whatever their types. A type read as floats (``type_=Float``) gives a float; on SQLite
-    the type's own result processor runs, as for any column there."""
-    plain = _unwrap(column)
-    if not (isinstance(plain, FunctionElement) and str(plain.name).lower() in ("sum", "avg")):
-        return output
-    if not any(
-        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
-        for a in plain.clauses
-    ):
-        return output
-    type_ = plain.type
-    convert: Callable[[Any], Any] | None = None
-    if dialect == "sqlite":
-        found = sqlite.dialect()
-        convert = type_.dialect_impl(found).result_processor(found, None)
-    elif isinstance(type_, (Float, Numeric)) and not type_.asdecimal:  # 2.1: no subclass
-        convert = float
-    if convert is None:
-        return output
-    final = convert
-
-    def typed(values: Any) -> Any:
-        value = output(values)
-        return value if value is None else final(value)
-
-    return typed
-
-
-_NUMERIC_READERS = ("postgresql", "mysql", "mariadb")
-
-
-def _numeric_reader(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
-    """What SQLAlchemy's numeric type ``type_`` does to a value PostgreSQL or MariaDB computes
-    for it: a float the database computed (a float bound value in the expression) read as
-    a Decimal of the type's scale (``Numeric``, PostgreSQL), a Decimal read as a float
-    (``Float``). None for other types and dialects."""
-    if not isinstance(type_, (Float, Numeric)) or dialect not in _NUMERIC_READERS:
-        return None
-    if not type_.asdecimal:
-        return lambda value: float(value) if isinstance(value, Decimal) else value
-    if dialect != "postgresql":
-        return None
-    scale = next((s for s in (type_.decimal_return_scale, type_.scale) if s is not None), 10)
-    return lambda value: Decimal(f"{value:.{scale}f}") if isinstance(value, float) else value
-
-
 def _is_avg(element: Any) -> bool:
     function = aggregate_function(element)
     return isinstance(function, FunctionElement) and str(function.name).lower() == "avg"
@@ -292,7 +235,7 @@ def _check_avg_inside(element: Any, dialect: str, where: str) -> None:
     own (sorted by the value returned), is merged."""
     if element is None or dialect not in ("mysql", "mariadb"):
         return
-    plain = _unwrap(element)
+    plain = unlabelled(element)
     if where != "HAVING" and _is_avg(plain):
         return
     if any(_is_avg(item) for item in walk(plain)):
@@ -309,8 +252,8 @@ def _check_tuples(elements: Iterable[Any], what: str) -> None:
     """Refuse a row value (``tuple_(a, b)``) as an ORDER BY or GROUP BY item: a merge sends
     each item as a column, and a row value is no column (SQLAlchemy cannot select it)."""
     for element in elements:
-        if isinstance(_unwrap(element), Tuple):
-            columns = ", ".join(describe(c) for c in _unwrap(element).clauses)
+        if isinstance(unlabelled(element), Tuple):
+            columns = ", ".join(describe(c) for c in unlabelled(element).clauses)
             raise UnsupportedShardQuery(
                 f"{what} {describe(element)} across shards: a merge reads each {what} item "
                 "as a column of the sources' rows, and a row value (tuple_()) is not one; "
@@ -340,21 +283,6 @@ def _average(total: Any, count: Any, dialect: str) -> Any:
     if not count or total is None:
         return None
     return raw_average(total, count, dialect)
-
-
-def _shown_as(value: Any, partial: Iterable[Any]) -> Any:
-    """A merged AVG column as SQLAlchemy hands out the sources' own AVGs (``partial``): a
-    float where those are floats (an AVG typed ``Float``), a Decimal of their scale where
-    those are Decimals made from floats (an AVG typed ``Numeric`` over REAL values)."""
-    shown = [v for v in partial if v is not None]
-    if value is None or not shown:
-        return value
-    if isinstance(shown[0], float) and isinstance(value, Decimal):
-        return float(value)
-    if isinstance(shown[0], Decimal) and isinstance(value, float):
-        scale = max(scale_of(v) for v in shown if isinstance(v, Decimal))
-        return Decimal(f"{value:.{scale}f}")
-    return value
 
 
 def _combine(kind: str, values: Iterable[Any]) -> Any:
@@ -428,10 +356,10 @@ class MergePlan:
         )
         self.outputs: list[Evaluator] = []
         self.direct: list[bool] = []
+        """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
         self.averages: dict[int, int] = {}
         """Column position -> helper of the AVG that is the whole column (handed out as
-        the sources' AVGs are: :func:`_shown_as`)."""
-        """Per output: whether it is a GROUP BY key or aggregate, read as the source sent it."""
+        the sources' AVGs are: :func:`~.merged_types.shown_as`)."""
         self.having: Evaluator | None = None
         self.order: list[tuple[Any, bool, bool]] = []
         self.grouping: list[int] = []
@@ -528,9 +456,9 @@ class MergePlan:
     def _process(self) -> list[Any]:
         """What SQLAlchemy does to each computed column's value: on SQLite its type's result
         processor (NUMERIC -> Decimal); elsewhere what its numeric types do to the value the
-        database computes (:func:`_numeric_reader`)."""
+        database computes (:func:`~.merged_types.numeric_reader`)."""
         if self.processors is None:
-            found: list[Any] = [_numeric_reader(t, self.dialect) for t in self.types]
+            found: list[Any] = [numeric_reader(t, self.dialect) for t in self.types]
             if self.dialect == "sqlite":
                 dialect = sqlite.dialect()
                 found = [
@@ -563,8 +491,9 @@ class MergePlan:
             _check_avg_inside(part, self.dialect, where)
         for column in columns:
             try:
-                self.outputs.append(_typed(compile_expression(column, atoms), column, self.dialect))
-                plain = _unwrap(column)
+                output = compile_expression(column, atoms)
+                self.outputs.append(typed_distinct(output, column, self.dialect))
+                plain = unlabelled(column)
                 if _is_avg(plain) and atoms.kinds[atoms.aggregate(plain)] == "avg":
                     self.averages[len(self.outputs) - 1] = atoms.aggregate(plain)
                 self.direct.append(
@@ -597,7 +526,7 @@ class MergePlan:
             if ranked is not None:  # a PostgreSQL string: sorted by the database's ranks
                 self.order.append((_ByRank(ranked), descending, nulls_first))
                 continue
-            extreme = self._extreme(_unwrap(expr))
+            extreme = self._extreme(unlabelled(expr))
             if extreme is not None:  # so does MIN/MAX of such a string
                 self.order.append((itemgetter(extreme), descending, nulls_first))
                 continue
@@ -640,7 +569,7 @@ class MergePlan:
         """For a GROUP BY key or ``MIN(x)``/``MAX(x)`` of a PostgreSQL string whose collation
         Python does not reproduce (:func:`~.collation.server_order`): its helper, now in
         :attr:`ranked` (the merge ranks its values). None for anything else."""
-        plain = _unwrap(expr)
+        plain = unlabelled(expr)
         found = self.atoms.key(plain)
         if found is not None:
             order = server_order(plain, self.dialect)
@@ -734,7 +663,7 @@ class MergePlan:
                 shown = list(outputs)
                 for position, average in self.averages.items():
                     partial = [r[base + average] for r in members]
-                    shown[position] = _shown_as(shown[position], partial)
+                    shown[position] = shown_as(shown[position], partial)
                 outputs = tuple(shown)
             if any(processors):
                 outputs = tuple(
