@@ -24,6 +24,7 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    type_coerce,
 )
 
 from snowshard.sharding import UnsupportedShardQuery
@@ -185,6 +186,34 @@ def test_computed_numeric_column_over_a_float_has_one_tables_type(shop: Setup) -
             continue
         got, twin = _both(shop, build)
         assert got == twin and len(got) == 4
+
+
+def test_sum_of_floats_typed_numeric_rounds_once_as_one_table(shop: Setup) -> None:
+    """SUM of eighths typed Numeric(10, 2) (REAL on SQLite, float8 on PostgreSQL) is read to
+    two decimals once, from the whole sum, as one table's: per-source rounding made 6.125
+    (read as 6.12) into 3.375 + 2.75 read as 3.38 + 2.75 = 6.13."""
+    eighths = lambda m: type_coerce(cast(m.amount, Float) / 8, Numeric(10, 2))  # noqa: E731
+    for build in (
+        _grouped(lambda m: func.sum(eighths(m))),
+        _grouped(lambda m: func.sum(eighths(m)) * 2, lambda m: func.sum(m.amount, type_=Float)),
+    ):
+        got, twin = _both(shop, build)
+        assert got == twin and len(got) == 4
+
+
+def test_sum_of_numeric_typed_float_adds_exactly(shop: Setup) -> None:
+    """SUM of thirds of NUMERIC values typed Float adds the exact sums, then reads a float,
+    as one table does (PostgreSQL and MariaDB; SQLite adds REALs, whose sum depends on the
+    order of the additions: equal types, values within a few ulps)."""
+    thirds = lambda m: cast(m.amount, Numeric(10, 2)) / 3  # noqa: E731
+    got, twin = _both(shop, _grouped(lambda m: func.sum(thirds(m), type_=Float)))
+    assert len(got) == len(twin) == 4
+    if not shop.name.startswith("sqlite"):
+        assert got == twin
+        return
+    for (key, (kind, text)), (twin_key, (twin_kind, twin_text)) in zip(got, twin):
+        assert (key, kind) == (twin_key, twin_kind)
+        assert float(text) == pytest.approx(float(twin_text))
 
 
 def test_cast_of_a_division_is_exact_without_groups(shop: Setup) -> None:

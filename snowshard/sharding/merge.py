@@ -121,7 +121,15 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
-from snowshard.sharding.merged_types import numeric_reader, shown_as, typed_distinct, unlabelled
+from snowshard.sharding.merged_types import (
+    is_raw_sum,
+    numeric_reader,
+    raw_sum,
+    read_as,
+    shown_as,
+    typed_distinct,
+    unlabelled,
+)
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.modifiers import check_modifiers
 from snowshard.sharding.ranking import Ranker, rank_columns, required
@@ -423,6 +431,8 @@ class MergePlan:
             source = statement.offset(None)
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
+        if self.grouped:  # SUMs read as the driver returns them (merged_types.raw_sum)
+            helpers = [raw_sum(h, k) for h, k in zip(helpers, self.atoms.kinds)]
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
@@ -496,6 +506,8 @@ class MergePlan:
                 plain = unlabelled(column)
                 if _is_avg(plain) and atoms.kinds[atoms.aggregate(plain)] == "avg":
                     self.averages[len(self.outputs) - 1] = atoms.aggregate(plain)
+                if is_raw_sum(plain):  # the merged raw SUM, read as SQLAlchemy reads it
+                    self.outputs[-1] = read_as(self.outputs[-1], plain.type, self.dialect)
                 self.direct.append(
                     atoms.key(plain) is not None
                     or isinstance(plain, FunctionElement)

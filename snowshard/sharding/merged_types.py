@@ -14,16 +14,20 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Float, Numeric
+from sqlalchemy import Float, Numeric, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import NullType
 
 from snowshard._compat import LabelReference
 from snowshard.sharding.arith import scale_of
 
-__all__ = ["numeric_reader", "shown_as", "typed_distinct", "unlabelled"]
+__all__ = [
+    "is_raw_sum", "numeric_reader", "raw_sum", "read_as", "shown_as", "typed_distinct",
+    "unlabelled",
+]  # fmt: skip
 
 
 def unlabelled(element: Any) -> Any:
@@ -31,6 +35,13 @@ def unlabelled(element: Any) -> Any:
     while isinstance(element, (Label, LabelReference)):
         element = element.element
     return element
+
+
+def _has_distinct(function: Any) -> bool:
+    return any(
+        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
+        for a in function.clauses
+    )
 
 
 def typed_distinct(
@@ -45,27 +56,9 @@ def typed_distinct(
     plain = unlabelled(column)
     if not (isinstance(plain, FunctionElement) and str(plain.name).lower() in ("sum", "avg")):
         return output
-    if not any(
-        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
-        for a in plain.clauses
-    ):
+    if not _has_distinct(plain):
         return output
-    type_ = plain.type
-    convert: Callable[[Any], Any] | None = None
-    if dialect == "sqlite":
-        found = sqlite.dialect()
-        convert = type_.dialect_impl(found).result_processor(found, None)
-    elif isinstance(type_, (Float, Numeric)) and not type_.asdecimal:  # 2.1: no subclass
-        convert = float
-    if convert is None:
-        return output
-    final = convert
-
-    def typed(values: Any) -> Any:
-        value = output(values)
-        return value if value is None else final(value)
-
-    return typed
+    return read_as(output, plain.type, dialect)
 
 
 _READS_NUMERIC = ("postgresql", "mysql", "mariadb")
@@ -74,12 +67,12 @@ _READS_NUMERIC = ("postgresql", "mysql", "mariadb")
 def numeric_reader(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
     """What SQLAlchemy's numeric type ``type_`` does to a value PostgreSQL or MariaDB computes
     for it: a float the database computed (a float bound value in the expression) read as
-    a Decimal of the type's scale (``Numeric``, PostgreSQL), a Decimal read as a float
-    (``Float``). None for other types and dialects."""
+    a Decimal of the type's scale (``Numeric``, PostgreSQL), a Decimal or an integer read
+    as a float (``Float``). None for other types and dialects."""
     if not isinstance(type_, (Float, Numeric)) or dialect not in _READS_NUMERIC:
         return None
     if not type_.asdecimal:
-        return lambda value: float(value) if isinstance(value, Decimal) else value
+        return lambda value: float(value) if isinstance(value, (int, Decimal)) else value
     if dialect != "postgresql":
         return None
     scale = next((s for s in (type_.decimal_return_scale, type_.scale) if s is not None), 10)
@@ -99,3 +92,43 @@ def shown_as(value: Any, partial: Iterable[Any]) -> Any:
         scale = max(scale_of(v) for v in shown if isinstance(v, Decimal))
         return Decimal(f"{value:.{scale}f}")
     return value
+
+
+def is_raw_sum(element: Any) -> bool:
+    """Whether ``element`` is a ``SUM`` whose sources send it raw (:func:`raw_sum`): one of
+    a numeric type that SQLAlchemy converts, rounding (a SQLite REAL or a PostgreSQL float8
+    read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float)."""
+    if not (isinstance(element, FunctionElement) and str(element.name).lower() == "sum"):
+        return False
+    if _has_distinct(element):  # merged from its distinct values (typed_distinct)
+        return False
+    return isinstance(element.type, (Float, Numeric))
+
+
+def raw_sum(helper: Any, kind: str | None) -> Any:
+    """A merge helper as the sources send it: a ``SUM`` of :func:`is_raw_sum` untyped, so
+    each source's sum arrives as the driver returns it and the merge adds those (rounding
+    each source's sum to the type's scale first would add rounding errors: 3.375 + 2.75
+    read as 3.38 + 2.75 = 6.13, where one table's 6.125 reads as 6.12)."""
+    if kind == "sum" and is_raw_sum(helper):
+        return type_coerce(helper, NullType())
+    return helper
+
+
+def read_as(output: Callable[[Any], Any], type_: Any, dialect: str) -> Callable[[Any], Any]:
+    """``output`` (a merged raw value) then what SQLAlchemy's ``type_`` does to it on
+    ``dialect``: on SQLite the type's result processor, elsewhere :func:`numeric_reader`."""
+    if dialect == "sqlite":
+        found = sqlite.dialect()
+        convert = type_.dialect_impl(found).result_processor(found, None)
+    else:
+        convert = numeric_reader(type_, dialect)
+    if convert is None:
+        return output
+    final = convert
+
+    def read(values: Any) -> Any:
+        value = output(values)
+        return value if value is None else final(value)
+
+    return read
