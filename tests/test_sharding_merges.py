@@ -435,6 +435,8 @@ def _filtered(m: Any) -> Any:
             func.min(m.amount).filter(m.amount > 2),
             func.max(m.status).filter(m.amount > 2),
             func.sum(m.amount).filter(large) / func.count().filter(large),
+            # eighths typed Numeric(10, 2): read to two decimals once, from the whole sum
+            func.sum(type_coerce(cast(m.amount, Float) / 8, Numeric(10, 2))).filter(m.id > 0),
         )
         .group_by(m.status)
         .having(func.sum(m.amount).filter(m.amount > 1) > 10)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Float, Numeric, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import Label, UnaryExpression
+from sqlalchemy.sql.elements import FunctionFilter, Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
@@ -97,12 +97,14 @@ def shown_as(value: Any, partial: Iterable[Any]) -> Any:
 def is_raw_sum(element: Any) -> bool:
     """Whether ``element`` is a ``SUM`` whose sources send it raw (:func:`raw_sum`): one of
     a numeric type that SQLAlchemy converts, rounding (a SQLite REAL or a PostgreSQL float8
-    read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float)."""
-    if not (isinstance(element, FunctionElement) and str(element.name).lower() == "sum"):
+    read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float);
+    with a FILTER too."""
+    function = element.func if isinstance(element, FunctionFilter) else element
+    if not (isinstance(function, FunctionElement) and str(function.name).lower() == "sum"):
         return False
-    if _has_distinct(element):  # merged from its distinct values (typed_distinct)
+    if _has_distinct(function):  # merged from its distinct values (typed_distinct)
         return False
-    return isinstance(element.type, (Float, Numeric))
+    return isinstance(function.type, (Float, Numeric))
 
 
 def raw_sum(helper: Any, kind: str | None) -> Any:
