@@ -58,15 +58,17 @@ def test_distinct_sum_typed_float_is_read_as_a_float() -> None:
 
 
 def test_numeric_sums_are_sent_raw_and_others_as_they_are() -> None:
-    """A SUM of a Numeric or Float type is sent untyped; an integer SUM, a DISTINCT one and
-    a count are sent as they are."""
+    """A SUM or GROUP BY key of a Numeric or Float type is sent untyped; an integer SUM or
+    key, a DISTINCT SUM and a count are sent as they are."""
     x = column("x", Numeric(10, 2))
     assert types.is_raw_sum(func.sum(x))
     assert types.is_raw_sum(func.sum(column("n", Integer), type_=Float))
     assert not types.is_raw_sum(func.sum(column("n", Integer)))
     assert not types.is_raw_sum(func.sum(distinct(x)))
-    assert isinstance(types.raw_sum(func.sum(x), "sum").type, NullType)
-    assert isinstance(types.raw_sum(func.count(x), "count").type, Integer)
+    assert isinstance(types.raw_helper(func.sum(x), "sum").type, NullType)
+    assert isinstance(types.raw_helper(x, None).type, NullType)  # a numeric GROUP BY key
+    assert isinstance(types.raw_helper(func.count(x), "count").type, Integer)
+    assert isinstance(types.raw_helper(column("n", Integer), None).type, Integer)
 
 
 def test_read_as_rounds_a_sqlite_real_sum_once_to_the_scale() -> None:

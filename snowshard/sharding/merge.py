@@ -122,9 +122,10 @@ from snowshard.sharding.evaluate import (
     without_distinct_extremes,
 )
 from snowshard.sharding.merged_types import (
+    is_numeric,
     is_raw_sum,
     numeric_reader,
-    raw_sum,
+    raw_helper,
     read_as,
     shown_as,
     typed_distinct,
@@ -431,8 +432,8 @@ class MergePlan:
             source = statement.offset(None)
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
-        if self.grouped:  # SUMs read as the driver returns them (merged_types.raw_sum)
-            helpers = [raw_sum(h, k) for h, k in zip(helpers, self.atoms.kinds)]
+        if self.grouped:  # numeric SUMs and keys as the drivers return them (raw_helper)
+            helpers = [raw_helper(h, k) for h, k in zip(helpers, self.atoms.kinds)]
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
@@ -506,7 +507,8 @@ class MergePlan:
                 plain = unlabelled(column)
                 if _is_avg(plain) and atoms.kinds[atoms.aggregate(plain)] == "avg":
                     self.averages[len(self.outputs) - 1] = atoms.aggregate(plain)
-                if is_raw_sum(plain):  # the merged raw SUM, read as SQLAlchemy reads it
+                raw_key = atoms.key(plain) is not None and is_numeric(plain)
+                if raw_key or is_raw_sum(plain):  # merged raw, read as SQLAlchemy reads it
                     self.outputs[-1] = read_as(self.outputs[-1], plain.type, self.dialect)
                 self.direct.append(
                     atoms.key(plain) is not None

@@ -25,9 +25,15 @@ from snowshard._compat import LabelReference
 from snowshard.sharding.arith import scale_of
 
 __all__ = [
-    "is_raw_sum", "numeric_reader", "raw_sum", "read_as", "shown_as", "typed_distinct",
+    "is_numeric",
+    "is_raw_sum",
+    "numeric_reader",
+    "raw_helper",
+    "read_as",
+    "shown_as",
+    "typed_distinct",
     "unlabelled",
-]  # fmt: skip
+]
 
 
 def unlabelled(element: Any) -> Any:
@@ -95,7 +101,7 @@ def shown_as(value: Any, partial: Iterable[Any]) -> Any:
 
 
 def is_raw_sum(element: Any) -> bool:
-    """Whether ``element`` is a ``SUM`` whose sources send it raw (:func:`raw_sum`): one of
+    """Whether ``element`` is a ``SUM`` whose sources send it raw (:func:`raw_helper`): one of
     a numeric type that SQLAlchemy converts, rounding (a SQLite REAL or a PostgreSQL float8
     read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float);
     with a FILTER too."""
@@ -107,12 +113,19 @@ def is_raw_sum(element: Any) -> bool:
     return isinstance(function.type, (Float, Numeric))
 
 
-def raw_sum(helper: Any, kind: str | None) -> Any:
-    """A merge helper as the sources send it: a ``SUM`` of :func:`is_raw_sum` untyped, so
-    each source's sum arrives as the driver returns it and the merge adds those (rounding
-    each source's sum to the type's scale first would add rounding errors: 3.375 + 2.75
-    read as 3.38 + 2.75 = 6.13, where one table's 6.125 reads as 6.12)."""
-    if kind == "sum" and is_raw_sum(helper):
+def is_numeric(element: Any) -> bool:
+    """Whether ``element`` has a numeric type SQLAlchemy converts (``Numeric``, ``Float``)."""
+    return isinstance(getattr(element, "type", None), (Float, Numeric))
+
+
+def raw_helper(helper: Any, kind: str | None) -> Any:
+    """A merge helper as the sources send it: a ``SUM`` of :func:`is_raw_sum`, and a
+    numeric GROUP BY key (``kind`` None), untyped, so that each arrives as the driver
+    returns it. The merge adds raw sums (rounding each source's sum to the type's scale
+    first would add rounding errors: 3.375 + 2.75 read as 3.38 + 2.75 = 6.13, where one
+    table's 6.125 reads as 6.12) and groups by raw keys (SQLite groups REALs 0.001 and
+    0.002 apart, which a ``Numeric(10, 2)`` reads as 0.00 both)."""
+    if (kind == "sum" and is_raw_sum(helper)) or (kind is None and is_numeric(helper)):
         return type_coerce(helper, NullType())
     return helper
 
