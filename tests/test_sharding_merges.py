@@ -213,6 +213,18 @@ def test_group_by_a_numeric_typed_float_groups_raw_values(shop: Setup) -> None:
         assert len(got) > len({row[0] for row in got})
 
 
+def test_count_distinct_of_a_numeric_typed_float_counts_raw_values(shop: Setup) -> None:
+    """count(DISTINCT amount / user_id typed Numeric(10, 1)), overall and per group, counts
+    the values the database tells apart, not the fewer Decimals SQLAlchemy reads them as."""
+    ratio = lambda m: type_coerce(cast(m.amount, Float) / m.user_id, Numeric(10, 1))  # noqa: E731
+    for build in (
+        lambda m: select(func.count(distinct(ratio(m)))),
+        _grouped(lambda m: func.count(distinct(ratio(m)))),
+    ):
+        got, twin = _both(shop, build)
+        assert got == twin and got
+
+
 def test_sum_of_numeric_typed_float_adds_exactly(shop: Setup) -> None:
     """SUM of thirds of NUMERIC values typed Float adds the exact sums, then reads a float,
     as one table does (PostgreSQL and MariaDB; SQLite adds REALs, whose sum depends on the

@@ -218,10 +218,14 @@ def _partitioned(models: Sequence[ShardedModel], value: Any) -> bool:
     )
 
 
+_NAN = object()
+"""What every NaN counts as among distinct values: one value, as SQL's DISTINCT has it."""
+
+
 def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) -> Any:
     """``count``, ``sum`` or ``avg`` (``kind``: :data:`BY_VALUE`) of the distinct non-NULL
     values of ``column`` (``helper``'s, the sources' finer groups), as ``dialect`` types it."""
-    present = {v for v in column if v is not None}
+    present: set[Any] = {_NAN if v != v else v for v in column if v is not None}  # 1 NaN
     if kind == "count_distinct":
         return len(present)
     if not present:

@@ -118,14 +118,19 @@ def is_numeric(element: Any) -> bool:
     return isinstance(getattr(element, "type", None), (Float, Numeric))
 
 
+_RAW_VALUES = (None, "count_distinct")
+"""Helper kinds sent raw when numeric: GROUP BY keys, values counted once each."""
+
+
 def raw_helper(helper: Any, kind: str | None) -> Any:
     """A merge helper as the sources send it: a ``SUM`` of :func:`is_raw_sum`, and a
     numeric GROUP BY key (``kind`` None), untyped, so that each arrives as the driver
-    returns it. The merge adds raw sums (rounding each source's sum to the type's scale
-    first would add rounding errors: 3.375 + 2.75 read as 3.38 + 2.75 = 6.13, where one
-    table's 6.125 reads as 6.12) and groups by raw keys (SQLite groups REALs 0.001 and
-    0.002 apart, which a ``Numeric(10, 2)`` reads as 0.00 both)."""
-    if (kind == "sum" and is_raw_sum(helper)) or (kind is None and is_numeric(helper)):
+    returns it; so are the values of ``count(DISTINCT x)`` that the sources group by. The
+    merge adds raw sums (rounding each source's sum to the type's scale first would add
+    rounding errors: 3.375 + 2.75 read as 3.38 + 2.75 = 6.13, where one table's 6.125
+    reads as 6.12), and groups and counts distinct raw values (SQLite tells REALs 0.001
+    and 0.002 apart, which a ``Numeric(10, 2)`` reads as 0.00 both)."""
+    if (kind == "sum" and is_raw_sum(helper)) or (kind in _RAW_VALUES and is_numeric(helper)):
         return type_coerce(helper, NullType())
     return helper
 
