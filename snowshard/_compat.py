@@ -330,9 +330,15 @@ def options_of(statement: Any) -> tuple[Any, ...]:
     SELECT keeps aside with its old columns and the ORM still applies, then its own
     (``_memoized_select_entities`` and ``_with_options``, all versions); () for a
     statement that takes none."""
+    return (*_set_aside(statement, "_with_options"), *getattr(statement, "_with_options", ()))
+
+
+def _set_aside(statement: Any, attribute: str) -> tuple[Any, ...]:
+    """``attribute`` (``_with_options`` or ``_setup_joins``) of each set of columns a SELECT
+    keeps aside after ``with_only_columns()`` replaced them (``_memoized_select_entities``,
+    all versions), in order."""
     memoized = getattr(statement, "_memoized_select_entities", ())
-    aside = [option for entities in memoized for option in entities._with_options]
-    return (*aside, *getattr(statement, "_with_options", ()))
+    return tuple(item for entities in memoized for item in getattr(entities, attribute))
 
 
 def criteria_condition(option: Any, entity: Any) -> Any:
@@ -368,8 +374,7 @@ def joins_set_aside(statement: Any) -> tuple[Any, ...]:
     """The ``join()`` calls a SELECT keeps aside with the columns ``with_only_columns()``
     replaced, as :func:`joins_of` gives them (``_memoized_select_entities``, all
     versions)."""
-    memoized = getattr(statement, "_memoized_select_entities", ())
-    return tuple(join for entities in memoized for join in entities._setup_joins)
+    return _set_aside(statement, "_setup_joins")
 
 
 def with_joins(statement: Any, joins: Sequence[tuple[Any, ...]]) -> Any:
