@@ -224,24 +224,9 @@ def _is_float(type_: Any) -> bool:
     return isinstance(type_, sqltypes.Float)
 
 
-def _check_avg(element: Any, dialect: str, refuse: Refuse) -> None:
-    """MariaDB/MySQL computes AVG inside an expression with more digits than it returns, so
-    a division or CAST of it cannot be rebuilt from the returned AVG."""
-    if dialect not in ("mysql", "mariadb"):
-        return
-    stack = [element]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, FunctionElement) and str(item.name).lower() == "avg":
-            raise refuse(element, f"{dialect} computes AVG inside it with more digits than "
-                         "it returns (divide SUM by COUNT instead)")  # fmt: skip
-        stack.extend(item.get_children())
-
-
 def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any, Any], Any]:
     """The function of (left, right) values that ``element`` (``a / b`` or ``a // b``)
     computes on ``dialect``; refuses what that dialect's SQL would compute otherwise."""
-    _check_avg(element, dialect, refuse)
     right_type = element.right.type
     if element.operator is operators.truediv:
         if dialect == "postgresql":
@@ -275,7 +260,6 @@ def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[A
 def cast_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any], Any]:
     """The function of a value that ``CAST(value AS type)`` computes on ``dialect``."""
     target = element.type
-    _check_avg(element, dialect, refuse)
     if _is_integer(target):
         if dialect == "sqlite":
             return lambda v: int(v)  # truncates toward zero

@@ -56,7 +56,6 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import CompileError
 from sqlalchemy.orm import Bundle
@@ -122,9 +121,9 @@ from snowshard.sharding.evaluate import (
     without_distinct_extremes,
 )
 from snowshard.sharding.merged_types import (
+    converter,
     is_numeric,
     is_raw_sum,
-    numeric_reader,
     raw_helper,
     read_as,
     shown_as,
@@ -471,15 +470,9 @@ class MergePlan:
     def _process(self) -> list[Any]:
         """What SQLAlchemy does to each computed column's value: on SQLite its type's result
         processor (NUMERIC -> Decimal); elsewhere what its numeric types do to the value the
-        database computes (:func:`~.merged_types.numeric_reader`)."""
+        database computes (:func:`~.merged_types.converter`)."""
         if self.processors is None:
-            found: list[Any] = [numeric_reader(t, self.dialect) for t in self.types]
-            if self.dialect == "sqlite":
-                dialect = sqlite.dialect()
-                found = [
-                    t.dialect_impl(dialect).result_processor(dialect, None) for t in self.types
-                ]
-            self.processors = found
+            self.processors = [converter(t, self.dialect) for t in self.types]
         return self.processors
 
     def _plan_groups(
@@ -509,13 +502,16 @@ class MergePlan:
                 output = compile_expression(column, atoms)
                 self.outputs.append(typed_distinct(output, column, self.dialect))
                 plain = unlabelled(column)
-                if _is_avg(plain) and atoms.kinds[atoms.aggregate(plain)] == "avg":
-                    self.averages[len(self.outputs) - 1] = atoms.aggregate(plain)
-                raw_key = atoms.key(plain) is not None and is_numeric(plain)
-                if raw_key or is_raw_sum(plain):  # merged raw, read as SQLAlchemy reads it
+                as_key = atoms.key(plain)
+                if _is_avg(plain):
+                    average = atoms.aggregate(plain)
+                    if atoms.kinds[average] == "avg":
+                        self.averages[len(self.outputs) - 1] = average
+                if (as_key is not None and is_numeric(plain)) or is_raw_sum(plain):
+                    # merged raw, read as SQLAlchemy reads it
                     self.outputs[-1] = read_as(self.outputs[-1], plain.type, self.dialect)
                 self.direct.append(
-                    atoms.key(plain) is not None
+                    as_key is not None
                     or isinstance(plain, FunctionElement)
                     and plain.name.lower() in _AGGREGATES
                     or filtered_aggregate(plain) is not None

@@ -17,14 +17,16 @@ from typing import Any
 from sqlalchemy import Float, Numeric, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import FunctionFilter, Label, UnaryExpression
+from sqlalchemy.sql.elements import Label, UnaryExpression
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
 from snowshard._compat import LabelReference
+from snowshard.sharding.analysis import aggregate_function
 from snowshard.sharding.arith import scale_of
 
 __all__ = [
+    "converter",
     "is_numeric",
     "is_raw_sum",
     "numeric_reader",
@@ -105,7 +107,7 @@ def is_raw_sum(element: Any) -> bool:
     a numeric type that SQLAlchemy converts, rounding (a SQLite REAL or a PostgreSQL float8
     read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float);
     with a FILTER too."""
-    function = element.func if isinstance(element, FunctionFilter) else element
+    function = aggregate_function(element)
     if not (isinstance(function, FunctionElement) and str(function.name).lower() == "sum"):
         return False
     if _has_distinct(function):  # merged from its distinct values (typed_distinct)
@@ -135,14 +137,23 @@ def raw_helper(helper: Any, kind: str | None) -> Any:
     return helper
 
 
-def read_as(output: Callable[[Any], Any], type_: Any, dialect: str) -> Callable[[Any], Any]:
-    """``output`` (a merged raw value) then what SQLAlchemy's ``type_`` does to it on
-    ``dialect``: on SQLite the type's result processor, elsewhere :func:`numeric_reader`."""
+def converter(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
+    """What SQLAlchemy's ``type_`` does to a value the database computed for it on
+    ``dialect``: on SQLite the type's result processor, elsewhere :func:`numeric_reader`;
+    None where it leaves the value as it is."""
     if dialect == "sqlite":
         found = sqlite.dialect()
-        convert = type_.dialect_impl(found).result_processor(found, None)
-    else:
-        convert = numeric_reader(type_, dialect)
+        processor: Callable[[Any], Any] | None = type_.dialect_impl(found).result_processor(
+            found, None
+        )
+        return processor
+    return numeric_reader(type_, dialect)
+
+
+def read_as(output: Callable[[Any], Any], type_: Any, dialect: str) -> Callable[[Any], Any]:
+    """``output`` (a merged raw value) then what SQLAlchemy's ``type_`` does to it on
+    ``dialect`` (:func:`converter`)."""
+    convert = converter(type_, dialect)
     if convert is None:
         return output
     final = convert
