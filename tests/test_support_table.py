@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -464,6 +465,32 @@ EXAMPLES: dict[str, list[Example]] = {
             "refused",
             lambda w: select(w.Order.status, func.avg(w.Order.amount) * 2).group_by(w.Order.status),
             backends=("mysql",),
+        ),
+        Example(
+            "merged",
+            lambda w: select(
+                w.Order.status,
+                func.max(id_time(w.Order.id, LAYOUT)) - func.min(id_time(w.Order.id, LAYOUT)),
+            ).group_by(w.Order.status),
+            backends=("postgresql",),
+        ),
+        Example(
+            "refused",
+            lambda w: select(
+                func.max(id_time(w.Order.id, LAYOUT)) - func.min(id_time(w.Order.id, LAYOUT))
+            ),
+            backends=("sqlite", "mysql"),
+        ),
+        Example(
+            "refused",
+            lambda w: select(func.min(id_time(w.Order.id, LAYOUT)) + timedelta(days=1)),
+        ),
+        Example(
+            "refused",
+            lambda w: select(
+                func.coalesce(func.max(id_time(w.Order.id, LAYOUT)), datetime(2024, 1, 1))
+            ),
+            backends=("sqlite", "mysql"),
         ),
     ],
     "`/`, `//` and CAST (to integer or float) over aggregates": [

@@ -42,6 +42,7 @@ from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import aggregate_function, describe, function_kind, walk
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
+from snowshard.sharding.temporal import check_arithmetic, check_choice
 
 __all__ = [
     "BY_VALUE",
@@ -320,6 +321,7 @@ def compile_expression(element: Any, atoms: Atoms) -> Evaluator:
         return lambda values: values[index]
     if isinstance(plain, UnaryExpression):
         if plain.operator is operators.neg:
+            check_arithmetic(plain, atoms.dialect, _refuse)
             inner = compile_expression(plain.element, atoms)
             return lambda values: None if (v := inner(values)) is None else -v
         if plain.operator is operators.inv:
@@ -341,6 +343,7 @@ def _function(element: FunctionElement[Any], atoms: Atoms) -> Evaluator:
         index = atoms.aggregate(element)
         return lambda values: values[index]
     if str(element.name).lower() == "coalesce":
+        check_choice(element, element.clauses, atoms.dialect, _refuse)
         parts = [compile_expression(argument, atoms) for argument in element.clauses]
         convert = coalesce_function(element, atoms.dialect, _refuse)
 
@@ -371,6 +374,8 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         function = division_function(element, atoms.dialect, _refuse)
     if function is None:
         raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
+    if operator not in _COMPARISON:
+        check_arithmetic(element, atoms.dialect, _refuse)
     left = compile_expression(element.left, atoms)
     right = compile_expression(element.right, atoms)
 
@@ -428,6 +433,8 @@ def _boolean(element: BooleanClauseList, atoms: Atoms) -> Evaluator:
 
 
 def _case(element: Case[Any], atoms: Atoms) -> Evaluator:
+    results = [result for _, result in element.whens]
+    check_choice(element, [*results, element.else_], atoms.dialect, _refuse)
     subject = compile_expression(element.value, atoms) if element.value is not None else None
     whens = [
         (compile_expression(condition, atoms), compile_expression(result, atoms))

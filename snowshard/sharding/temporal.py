@@ -1,0 +1,111 @@
+"""Which expressions over dates and times a merge computes in Python as the database does.
+
+A merge computes expressions over merged aggregates (``max(at) - min(at)``, ``CASE``,
+``COALESCE``) in Python (:mod:`~snowshard.sharding.evaluate`). Python's arithmetic on
+``date``, ``datetime`` and ``timedelta`` is not SQL's:
+
+* PostgreSQL: ``timestamp - timestamp`` is an interval (a ``timedelta``, as in Python),
+  but ``date - date`` is an integer number of days, ``date + 1`` a date (Python refuses
+  it), ``date + interval`` a timestamp and ``timestamptz + interval`` adds calendar days in
+  the session's time zone;
+* MariaDB/MySQL compute ``+``/``-`` on dates and times as numbers
+  (``DATE '2025-02-01' - DATE '2024-01-01'`` is 10100) and give ``CASE``/``COALESCE`` of
+  a DATE and a bound value the type of text;
+* SQLite stores them as text: ``-`` subtracts the leading numbers (the years), and the
+  type's result processor expects text where the merge has ``date`` objects.
+
+So the merge refuses, before any SQL runs, arithmetic with a date/time operand or result
+(except ``DateTime - DateTime`` of one time zone kind on PostgreSQL), and ``CASE`` or
+``COALESCE`` giving dates or times except on PostgreSQL and, without bound values among
+their branches, on MariaDB/MySQL. Comparisons of dates and times stay merged: they order
+alike in Python and in each database. :func:`check_arithmetic` and :func:`check_choice`
+are what :mod:`~snowshard.sharding.evaluate` calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import BindParameter, Grouping, Label
+from sqlalchemy.types import Date, DateTime, Interval, Time, TypeDecorator
+
+__all__ = ["check_arithmetic", "check_choice", "is_temporal"]
+
+Refuse = Callable[[Any, str], Exception]
+
+_TEMPORAL = (Date, DateTime, Time, Interval)
+
+
+def _impl(type_: Any) -> Any:
+    while isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    return type_
+
+
+def is_temporal(type_: Any) -> bool:
+    """Whether ``type_`` is a date, time, date-and-time or interval type."""
+    return isinstance(_impl(type_), _TEMPORAL)
+
+
+def _type(element: Any) -> Any:
+    return getattr(element, "type", None)
+
+
+def _elapsed(element: Any, dialect: str) -> bool:
+    """PostgreSQL's ``timestamp - timestamp`` of one time zone kind: an interval of the
+    elapsed time, as Python's ``datetime - datetime``."""
+    if dialect != "postgresql" or element.operator is not operators.sub:
+        return False
+    left, right = _impl(_type(element.left)), _impl(_type(element.right))
+    return (
+        isinstance(left, DateTime)
+        and isinstance(right, DateTime)
+        and bool(left.timezone) == bool(right.timezone)
+    )
+
+
+def check_arithmetic(element: Any, dialect: str, refuse: Refuse) -> None:
+    """Refuse ``element`` (``+ - * / //`` or unary ``-``) if it computes on dates or times
+    in a way Python does not (module docstring)."""
+    operands = [getattr(element, "left", None), getattr(element, "right", None)]
+    operands.append(getattr(element, "element", None))
+    types = [_type(element), *(_type(o) for o in operands if o is not None)]
+    if not any(is_temporal(t) for t in types if t is not None):
+        return
+    if getattr(element, "left", None) is not None and _elapsed(element, dialect):
+        return
+    raise refuse(
+        element,
+        f"arithmetic on dates and times is merged only as timestamp - timestamp on "
+        f"PostgreSQL ({dialect or 'this database'} computes it otherwise than Python: "
+        "MariaDB/MySQL as numbers, SQLite on text, PostgreSQL's date - date as days)",
+    )
+
+
+def _bare(element: Any) -> Any:
+    while isinstance(element, (Label, Grouping)):
+        element = element.element
+    return element
+
+
+def check_choice(element: Any, branches: Iterable[Any], dialect: str, refuse: Refuse) -> None:
+    """Refuse ``element``, a ``CASE`` or ``COALESCE`` choosing among ``branches``, if it
+    gives dates or times the merge cannot give as the database does (module docstring)."""
+    branches = list(branches)
+    if not any(is_temporal(t) for t in (_type(element), *map(_type, branches)) if t is not None):
+        return
+    if dialect == "postgresql":
+        return
+    bound = [b for b in map(_bare, branches) if isinstance(b, BindParameter)]
+    if dialect in ("mysql", "mariadb") and not any(b.effective_value is not None for b in bound):
+        return
+    why = (
+        "MariaDB/MySQL give a CASE or COALESCE of dates and a bound value as text"
+        if dialect in ("mysql", "mariadb")
+        else "SQLite keeps them as text"
+        if dialect == "sqlite"
+        else f"{dialect or 'this database'} is not known to give them as Python does"
+    )
+    raise refuse(element, f"CASE and COALESCE giving dates or times are not merged here: {why}")
