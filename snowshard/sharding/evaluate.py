@@ -42,6 +42,7 @@ from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import aggregate_function, describe, function_kind, walk
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
+from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
 from snowshard.sharding.temporal import check_arithmetic, check_choice
 
 __all__ = [
@@ -350,6 +351,8 @@ def _function(element: FunctionElement[Any], atoms: Atoms) -> Evaluator:
         def coalesce(values: Sequence[Any]) -> Any:
             for part in parts:
                 value = part(values)
+                if isinstance(value, PostgresNaN):
+                    return value
                 if value is not None:
                     return convert(value)
             return None
@@ -379,10 +382,16 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
     left = compile_expression(element.left, atoms)
     right = compile_expression(element.right, atoms)
 
+    absorbs = operator not in _COMPARISON  # arithmetic on PostgreSQL's NaN is NaN
+
     def apply(values: Sequence[Any]) -> Any:
         a, b = left(values), right(values)
         if a is None or b is None:
             return None
+        if absorbs and isinstance(a, PostgresNaN):
+            return a
+        if absorbs and isinstance(b, PostgresNaN):
+            return b
         return function(*_number(a, b))
 
     return apply
@@ -393,9 +402,17 @@ def _cast(element: Cast[Any], atoms: Atoms) -> Evaluator:
         raise _refuse(element, f"CAST on {atoms.dialect or 'this database'} is not merged")
     convert = cast_function(element, atoms.dialect, _refuse)
     inner = compile_expression(element.clause, atoms)
+    to_integer = isinstance(element.type, Integer)
 
     def apply(values: Sequence[Any]) -> Any:
         value = inner(values)
+        if isinstance(value, PostgresNaN):
+            if to_integer:
+                raise MergedNaNCast(
+                    f"{describe(element)}: cannot cast NaN to an integer (PostgreSQL refuses "
+                    "it for one table too); filter NaN out (WHERE x <> 'NaN') first"
+                )
+            return value
         return None if value is None else convert(value)
 
     return apply

@@ -120,6 +120,7 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
+from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, restore
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -294,6 +295,8 @@ def _average(total: Any, count: Any, dialect: str) -> Any:
     which expressions over the AVG start from."""
     if not count or total is None:
         return None
+    if isinstance(total, PostgresNaN):  # PostgreSQL's AVG over a NaN is NaN
+        return total
     return raw_average(total, count, dialect)
 
 
@@ -344,6 +347,10 @@ class MergePlan:
         self.single_entity = _single_entity(statement)
         """Whether the statement selects one ORM entity alone (:meth:`flag_single_entity`)."""
         self.dialect = dialect
+        self.nan_aware = dialect == "postgresql"
+        """Whether values may be NaN, compared as PostgreSQL does (:mod:`~.nan`)."""
+        self.nan_order: set[int] = set()
+        """ORDER BY helpers (of a merge on rows) whose numbers may be NaN."""
         nulls_large = dialect in _NULLS_LARGE
         columns = [without_distinct_extremes(c) for c in statement.selected_columns]
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
@@ -412,6 +419,8 @@ class MergePlan:
                 expr = _labelled(named, statement)
                 _check_sql_text(expr)
                 self.order.append((len(helpers), descending, nulls_first))
+                if self.nan_aware and is_numeric(expr):
+                    self.nan_order.add(len(helpers))
                 value, ranked = sort_value(expr, dialect)
                 if ranked is not None:
                     self.ranked[len(helpers)] = ranked
@@ -441,6 +450,7 @@ class MergePlan:
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
+            self.nan_order = {i - self.helpers for i in self.nan_order}
         self.unique = (
             [i - self.helpers for i in firsts]
             if distinct_on
@@ -679,6 +689,8 @@ class MergePlan:
                     partial = [r[base + average] for r in members]
                     shown[position] = shown_as(shown[position], partial)
                 outputs = tuple(shown)
+            if self.nan_aware:  # the driver's NaN, which the types read as they read it
+                outputs = tuple(restore(v) for v in outputs)
             if any(processors):
                 outputs = tuple(
                     v if f is None or v is None or k else f(v)
@@ -686,9 +698,16 @@ class MergePlan:
                 )
             merged.append((outputs, tuple(values)))
         if self.order:
-            key, reverse = sort_key([(_pair_reader(fn, ranks), d, n) for fn, d, n in self.order])
+            readers = [(self._nan_key(_pair_reader(fn, ranks)), d, n) for fn, d, n in self.order]
+            key, reverse = sort_key(readers)
             merged.sort(key=key, reverse=reverse)
+        if self.nan_aware:
+            return [outputs + tuple(map(restore, values)) for outputs, values in merged]
         return [outputs + values for outputs, values in merged]
+
+    def _nan_key(self, read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``read``, comparing NaNs as PostgreSQL does where they may occur."""
+        return canonical_key(read) if self.nan_aware else read
 
     def flag_single_entity(self, result: Result[Any], tuples: bool) -> Result[Any]:
         """The merged ``result``, flagged as a result of one ORM entity when the statement
@@ -706,14 +725,16 @@ class MergePlan:
         width = self.width
         rows: Iterable[Sequence[Any]]
         if self.grouped:
-            every = [r for part in parts for r in part]
+            every: list[Sequence[Any]] = [r for part in parts for r in part]
+            if self.nan_aware:  # NaNs group, compare and add up as PostgreSQL's
+                every = [tuple(canonical(v) for v in r) for r in every]
             rows = self._merge_groups(every, self._process(), rank)
         elif self.order:
             # ranked helpers: a row's helper i is at i - helpers (helpers end the row)
             ranks = self._ranks(rank, [r for part in parts for r in part], -self.helpers)
             readers = [
                 (_ranked_reader(i, ranks[self.helpers + i]) if self.helpers + i in ranks
-                 else itemgetter(i), d, n)
+                 else self._nan_key(itemgetter(i)), d, n)
                 for i, d, n in self.order
             ]  # fmt: skip
             key, reverse = sort_key(readers)
@@ -721,7 +742,7 @@ class MergePlan:
         else:
             rows = (r for part in parts for r in part)
         if self.distinct:
-            rows = _unique(rows, self.unique)
+            rows = _unique(rows, self.unique, canonical if self.nan_aware else None)
         kept = list(rows)
         end = None if self.limit is None else self.offset + self.limit
         kept = kept[self.offset : end]
@@ -898,10 +919,18 @@ def _unique_rows(columns: Sequence[Any]) -> bool:
     return False
 
 
-def _unique(rows: Iterable[Sequence[Any]], positions: Sequence[int]) -> Iterable[Sequence[Any]]:
+def _unique(
+    rows: Iterable[Sequence[Any]],
+    positions: Sequence[int],
+    identity: Callable[[Any], Any] | None = None,
+) -> Iterable[Sequence[Any]]:
+    """``rows`` without repeats of their values at ``positions`` (each value as
+    ``identity`` makes it, if given)."""
     seen: set[tuple[Any, ...]] = set()
     for row in rows:
         key = tuple(row[p] for p in positions)
+        if identity is not None:
+            key = tuple(map(identity, key))
         if key not in seen:
             seen.add(key)
             yield row

@@ -52,6 +52,7 @@ from snowshard._compat import (
     several_rows_per_object,
 )
 from snowshard.sharding.merge import MergePlan, sort_key
+from snowshard.sharding.nan import canonical_key
 from snowshard.sharding.ranking import HeldRanks, Ranker, required
 
 __all__ = ["STREAM_BATCH", "Source", "can_stream", "helper_label", "merge_sources"]
@@ -101,6 +102,8 @@ def _sort_key(
         helper = plan.helpers + index
         if held is not None and helper in plan.ranked:
             readers.append((held.reader(helper), descending, nulls_first))
+        elif index in plan.nan_order:  # numbers that may be PostgreSQL's NaN
+            readers.append((canonical_key(itemgetter(positions[helper])), descending, nulls_first))
         else:
             readers.append((itemgetter(positions[helper]), descending, nulls_first))
     key, reverse = sort_key(readers)
@@ -197,7 +200,8 @@ def merge_sources(
         kept = [i for i in range(width) if i not in set(positions)]
         if plan.distinct_by_weight or plan.distinct_on:  # matched by some helpers
             kept = [positions[plan.helpers + u] if u < 0 else kept[u] for u in plan.unique]
-        merged = _unique(merged, itemgetter(*kept) if len(kept) != 1 else lambda r: r[kept[0]])
+        key = itemgetter(*kept) if len(kept) != 1 else lambda r: r[kept[0]]
+        merged = _unique(merged, canonical_key(key) if plan.nan_aware else key)
     end = None if plan.limit is None else plan.offset + plan.limit
     picked = itertools.islice(merged, plan.offset, end)
 

@@ -1,0 +1,128 @@
+"""PostgreSQL's NaN, compared, grouped and computed by a merge as PostgreSQL does.
+
+PostgreSQL's ``real``, ``double precision`` and ``numeric`` hold ``NaN`` and treat it as a
+value: ``NaN = NaN`` is true, NaN sorts after every other number (NULLs still come
+after it), ``GROUP BY`` and ``DISTINCT`` make one group of all NaNs, ``max()`` of a set
+holding one is NaN, and arithmetic on NaN gives NaN. Python's ``float('nan')`` and
+``Decimal('NaN')`` are unequal to themselves, unordered (``Decimal``'s raise on ``<``)
+and hashed per object, so a merge comparing them as they are would return more groups,
+other orders and other extremes than one table.
+
+On PostgreSQL the merge therefore puts :data:`NAN_FLOAT` or :data:`NAN_DECIMAL` (a
+:class:`PostgresNaN`, which compares, hashes and computes as PostgreSQL's NaN) in place of
+every NaN before it compares values (:func:`canonical`), and hands out the driver's own
+kind of NaN (:func:`restore`). SQLite stores a NaN as NULL and MariaDB/MySQL refuse it, so
+only PostgreSQL's merges need this. ``CAST`` of a NaN to an integer raises
+:class:`MergedNaNCast`, as PostgreSQL refuses it for one table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from snowshard.sharding.errors import ShardingError
+
+__all__ = [
+    "NAN_DECIMAL",
+    "NAN_FLOAT",
+    "MergedNaNCast",
+    "PostgresNaN",
+    "canonical",
+    "canonical_key",
+    "has_nan",
+    "restore",
+]
+
+
+class MergedNaNCast(ShardingError, ValueError):
+    """A merged expression casts PostgreSQL's NaN to an integer, which PostgreSQL refuses
+    for one table too."""
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, PostgresNaN) or (
+        isinstance(value, (float, Decimal)) and value != value
+    )
+
+
+class PostgresNaN:
+    """PostgreSQL's NaN: equal to any NaN, greater than every other number, absorbing in
+    arithmetic. ``original`` is the NaN the driver returned (``float`` or ``Decimal``)."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+
+    def __repr__(self) -> str:
+        return f"PostgresNaN({self.original!r})"
+
+    def __hash__(self) -> int:
+        return hash(PostgresNaN)
+
+    def __eq__(self, other: object) -> bool:
+        return _is_nan(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not _is_nan(other)
+
+    def __lt__(self, other: Any) -> bool:
+        return False
+
+    def __le__(self, other: Any) -> bool:
+        return _is_nan(other)
+
+    def __gt__(self, other: Any) -> bool:
+        return not _is_nan(other)
+
+    def __ge__(self, other: Any) -> bool:
+        return True
+
+    def _absorb(self, other: Any) -> PostgresNaN:
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _absorb
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _absorb
+
+    def __neg__(self) -> PostgresNaN:
+        return self
+
+
+NAN_FLOAT = PostgresNaN(float("nan"))
+"""What a ``float`` NaN becomes in a merge on PostgreSQL."""
+
+NAN_DECIMAL = PostgresNaN(Decimal("NaN"))
+"""What a ``Decimal`` NaN becomes in a merge on PostgreSQL."""
+
+
+def canonical(value: Any) -> Any:
+    """``value``, or the :class:`PostgresNaN` of its kind if it is a NaN."""
+    if isinstance(value, float):
+        return NAN_FLOAT if value != value else value
+    if isinstance(value, Decimal) and value.is_nan():
+        return NAN_DECIMAL
+    return value
+
+
+def canonical_key(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``read`` (a row's value, or tuple of values), NaNs made :class:`PostgresNaN`."""
+
+    def key(row: Any) -> Any:
+        found = read(row)
+        if isinstance(found, tuple):
+            return tuple(canonical(v) for v in found)
+        return canonical(found)
+
+    return key
+
+
+def restore(value: Any) -> Any:
+    """``value``, or the NaN the driver returned if it is a :class:`PostgresNaN`."""
+    return value.original if isinstance(value, PostgresNaN) else value
+
+
+def has_nan(value: Any) -> bool:
+    """Whether ``value`` is a NaN (float, Decimal or :class:`PostgresNaN`)."""
+    return _is_nan(value)

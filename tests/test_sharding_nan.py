@@ -1,0 +1,160 @@
+"""PostgreSQL's NaN in merged results: one group, sorted after every number, equal to
+itself, absorbing in arithmetic; as the unsharded twin returns it."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import Double, Integer, Numeric, String, case, cast, func, select
+from sqlalchemy.orm import mapped_column
+
+from snowshard.sharding.driver_errors import ShardOperationError
+from snowshard.sharding.nan import (
+    NAN_DECIMAL,
+    NAN_FLOAT,
+    MergedNaNCast,
+    canonical,
+    canonical_key,
+    restore,
+)
+from tests.twin_world import TwinWorld, build_twin_world
+
+
+def test_every_nan_is_one_value() -> None:
+    """Float and Decimal NaNs become one value each, equal and hashed alike."""
+    floats = {canonical(float("nan")), canonical(float("nan"))}
+    assert floats == {NAN_FLOAT} and canonical(Decimal("NaN")) is NAN_DECIMAL
+    assert NAN_FLOAT == NAN_DECIMAL and hash(NAN_FLOAT) == hash(NAN_DECIMAL)
+    assert NAN_FLOAT == float("nan") and float("nan") == NAN_FLOAT
+
+
+def test_nan_sorts_after_every_number() -> None:
+    """NaN is greater than any number, Decimals included (which raise on NaN otherwise)."""
+    values = [Decimal("3.5"), NAN_DECIMAL, Decimal("-1"), Decimal("2")]
+    assert sorted(values) == [Decimal("-1"), Decimal("2"), Decimal("3.5"), NAN_DECIMAL]
+    assert max(values) is NAN_DECIMAL and min(values) == Decimal("-1")
+    assert max([1.5, NAN_FLOAT, 9.0]) is NAN_FLOAT and not NAN_FLOAT < 9.0
+
+
+def test_arithmetic_on_nan_is_nan() -> None:
+    """Sums, products and negation of NaN are NaN, of the kind the driver returned."""
+    assert NAN_DECIMAL + Decimal(1) is NAN_DECIMAL and 2 * NAN_FLOAT is NAN_FLOAT
+    assert Decimal(4) - NAN_DECIMAL is NAN_DECIMAL and -NAN_FLOAT is NAN_FLOAT
+
+
+def test_restore_gives_the_drivers_nan() -> None:
+    """restore() hands out a float or Decimal NaN, and other values unchanged."""
+    assert math.isnan(restore(NAN_FLOAT)) and isinstance(restore(NAN_FLOAT), float)
+    assert restore(NAN_DECIMAL).is_nan() and restore(7) == 7
+
+
+def test_canonical_key_maps_tuples() -> None:
+    """A key of several values makes each NaN one value."""
+    key = canonical_key(lambda row: (row[0], row[1]))
+    assert key((float("nan"), 2)) == key((float("nan"), 2)) == (NAN_FLOAT, 2)
+    assert canonical_key(lambda row: row[0])((Decimal("NaN"),)) is NAN_DECIMAL
+
+
+def _columns() -> dict[str, Any]:
+    return {
+        "f": mapped_column(Double),
+        "n": mapped_column(Numeric(10, 2)),
+        "tag": mapped_column(String(4)),
+    }
+
+
+def _rows() -> list[dict[str, Any]]:
+    rng = random.Random(1130)
+    rows = []
+    for i in range(48):
+        f = float("nan") if i % 5 == 0 else None if i % 7 == 3 else float(rng.randrange(6))
+        n = Decimal("NaN") if i % 6 == 0 else None if i % 8 == 3 else Decimal(rng.randrange(6)) / 4
+        rows.append({"user_id": rng.randrange(1, 40), "f": f, "n": n, "tag": "xyz"[i % 3]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwinWorld]:
+    """Values holding NaNs over two PostgreSQL databases and their twin (read only)."""
+    tmp = tmp_path_factory.mktemp("nan")
+    yield from build_twin_world(request, tmp, "postgresql", "vals", _columns, _rows())
+
+
+@pytest.mark.postgres
+def test_nan_keys_make_one_group(world: TwinWorld) -> None:
+    """GROUP BY a float or NUMERIC with NaNs: one NaN group, counted as one table does."""
+    for column in ("f", "n"):
+        got = world.exact(lambda m: select(getattr(m, column), func.count()).group_by(
+            getattr(m, column)
+        ))  # fmt: skip
+        assert sum(1 for row in got if row[0][1].lower() == "nan") == 1
+
+
+@pytest.mark.postgres
+def test_aggregates_over_nan_match_the_twin(world: TwinWorld) -> None:
+    """MIN, MAX, SUM, AVG and COUNT per group, with NaNs among the values."""
+    got = world.exact(
+        lambda m: select(
+            m.tag, func.max(m.f), func.min(m.n), func.max(m.n), func.sum(m.n),
+            func.avg(m.n), func.avg(m.f), func.count(m.f),
+        ).group_by(m.tag),
+    )  # fmt: skip
+    assert any("nan" in str(row).lower() for row in got)
+
+
+@pytest.mark.postgres
+def test_order_by_nan_matches_the_twin(world: TwinWorld) -> None:
+    """ORDER BY floats and NUMERICs holding NaNs and NULLs, with LIMIT, OFFSET, yield_per."""
+    for build in (
+        lambda m: select(m.id, m.f).order_by(m.f.desc().nulls_first(), m.id).limit(20),
+        lambda m: select(m.id, m.f, m.n).order_by(m.f.asc(), m.n.desc(), m.id).limit(30),
+        lambda m: select(m.id, m.f).order_by(m.f, m.id).offset(5).limit(10),
+        lambda m: select(m.id, m.n).order_by(m.n.desc(), m.id).execution_options(yield_per=3),
+        lambda m: select(m.tag, func.max(m.f))
+        .group_by(m.tag)
+        .order_by(func.max(m.f).desc(), m.tag),
+    ):
+        world.exact(build, ordered=True)
+
+
+@pytest.mark.postgres
+def test_distinct_and_union_keep_one_nan(world: TwinWorld) -> None:
+    """DISTINCT and UNION keep one row of NaNs, as one table does."""
+    for build in (
+        lambda m: select(m.f).distinct(),
+        lambda m: select(m.f, m.n).distinct().order_by(m.f, m.n),
+        lambda m: select(m.n).union(select(m.n)),
+    ):
+        world.exact(build)
+
+
+@pytest.mark.postgres
+def test_expressions_over_nan_match_the_twin(world: TwinWorld) -> None:
+    """HAVING, comparisons, CASE, COALESCE and arithmetic over aggregates that are NaN."""
+    for build in (
+        lambda m: select(m.tag).group_by(m.tag).having(func.max(m.f) > 4),
+        lambda m: select(m.tag, func.max(m.f) == float("nan")).group_by(m.tag),
+        lambda m: select(m.tag, case((func.max(m.f) > 3, "big"), else_="small")).group_by(m.tag),
+        lambda m: select(m.tag, func.coalesce(func.max(m.n), 0), func.max(m.f) * 2).group_by(
+            m.tag
+        ),
+        lambda m: select(m.tag, func.max(m.n) / func.count(), func.max(m.n) - 1).group_by(m.tag),
+    ):
+        world.exact(build)
+
+
+@pytest.mark.postgres
+def test_cast_of_nan_to_integer_is_a_named_error(world: TwinWorld) -> None:
+    """CAST(max(f) AS INTEGER) over a NaN raises MergedNaNCast; one table refuses it too."""
+    with world.session() as session:
+        with pytest.raises(MergedNaNCast, match="NaN"):
+            session.execute(select(cast(func.max(world.Model.f), Integer))).all()
+        with pytest.raises(ShardOperationError, match="out of range"):
+            session.execute(select(cast(func.max(world.Twin.f), Integer))).all()
