@@ -136,3 +136,13 @@ def test_coalesce_of_timestamps(world: TwinWorld) -> None:
         world.refused(build, "SQLite keeps them as text")
     else:
         assert len(world.exact(build)) == 4
+
+
+def test_date_compared_with_text_is_refused(world: TwinWorld) -> None:
+    """HAVING max(day) > '2024-12-01' is refused before any SQL (the merge would compare a
+    date with a str: a TypeError on SQLite, where one table compares text)."""
+
+    def build(m: Any) -> Any:
+        return select(m.tag).group_by(m.tag).having(func.max(m.day) > "2024-12-01")
+
+    world.refused(build, "compares a date or time with str")

@@ -492,6 +492,12 @@ EXAMPLES: dict[str, list[Example]] = {
             ),
             backends=("sqlite", "mysql"),
         ),
+        Example(
+            "refused",
+            lambda w: select(w.Order.status)
+            .group_by(w.Order.status)
+            .having(func.max(id_time(w.Order.id, LAYOUT)) > "2024-01-01"),
+        ),
     ],
     "`/`, `//` and CAST (to integer or float) over aggregates": [
         Example("merged", lambda w: select(func.sum(w.Order.amount) / func.count())),

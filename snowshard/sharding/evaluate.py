@@ -43,7 +43,7 @@ from snowshard.sharding.analysis import aggregate_function, describe, function_k
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
-from snowshard.sharding.temporal import check_arithmetic, check_choice
+from snowshard.sharding.temporal import check_arithmetic, check_choice, check_comparison
 
 __all__ = [
     "BY_VALUE",
@@ -377,7 +377,9 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         function = division_function(element, atoms.dialect, _refuse)
     if function is None:
         raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
-    if operator not in _COMPARISON:
+    if operator in _COMPARISON:
+        check_comparison(element, atoms.dialect, _refuse)
+    else:
         check_arithmetic(element, atoms.dialect, _refuse)
     left = compile_expression(element.left, atoms)
     right = compile_expression(element.right, atoms)

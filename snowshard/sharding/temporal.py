@@ -17,13 +17,15 @@ A merge computes expressions over merged aggregates (``max(at) - min(at)``, ``CA
 So the merge refuses, before any SQL runs, arithmetic with a date/time operand or result
 (except ``DateTime - DateTime`` of one time zone kind on PostgreSQL), and ``CASE`` or
 ``COALESCE`` giving dates or times except on PostgreSQL and, without bound values among
-their branches, on MariaDB/MySQL. Comparisons of dates and times stay merged: they order
-alike in Python and in each database. :func:`check_arithmetic` and :func:`check_choice`
-are what :mod:`~snowshard.sharding.evaluate` calls.
+their branches, on MariaDB/MySQL. Comparisons of dates and times with each other stay
+merged: they order alike in Python and in each database; with text they are refused
+(:func:`check_comparison`). :func:`check_arithmetic`, :func:`check_choice` and
+:func:`check_comparison` are what :mod:`~snowshard.sharding.evaluate` calls.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,7 +33,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter, Grouping, Label
 from sqlalchemy.types import Date, DateTime, Interval, Time, TypeDecorator
 
-__all__ = ["check_arithmetic", "check_choice", "is_temporal"]
+__all__ = ["check_arithmetic", "check_choice", "check_comparison", "is_temporal"]
 
 Refuse = Callable[[Any, str], Exception]
 
@@ -82,6 +84,28 @@ def check_arithmetic(element: Any, dialect: str, refuse: Refuse) -> None:
         f"PostgreSQL ({dialect or 'this database'} computes it otherwise than Python: "
         "MariaDB/MySQL as numbers, SQLite on text, PostgreSQL's date - date as days)",
     )
+
+
+_TEMPORAL_VALUES = (dt.date, dt.time, dt.timedelta)
+"""Python values a date/time compares with as the database does (datetime is a date)."""
+
+
+def check_comparison(element: Any, dialect: str, refuse: Refuse) -> None:
+    """Refuse ``element``, a comparison, if it compares a date or time with a bound value
+    that is not one (text, say): the merge would compare a ``datetime`` with a ``str``,
+    which Python refuses and each database does its own way (SQLite compares text)."""
+    sides = [_bare(element.left), _bare(element.right)]
+    if not any(is_temporal(_type(side)) for side in sides if _type(side) is not None):
+        return
+    for side in sides:
+        if isinstance(side, BindParameter):
+            value = side.effective_value
+            if value is not None and not isinstance(value, _TEMPORAL_VALUES):
+                raise refuse(
+                    element,
+                    f"it compares a date or time with {type(value).__name__} {value!r}; "
+                    "compare with a date, datetime or time value",
+                )
 
 
 def _bare(element: Any) -> Any:
