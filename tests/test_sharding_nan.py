@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -22,7 +21,7 @@ from snowshard.sharding.nan import (
     canonical_key,
     restore,
 )
-from tests.twin_world import TwinWorld, build_twin_world
+from tests.twin_world import TwinWorld, twin_world_fixture
 
 
 def test_every_nan_is_one_value() -> None:
@@ -78,13 +77,10 @@ def _rows() -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def world(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TwinWorld]:
-    """Values holding NaNs over two PostgreSQL databases and their twin (read only)."""
-    tmp = tmp_path_factory.mktemp("nan")
-    yield from build_twin_world(request, tmp, "postgresql", "vals", _columns, _rows())
+world = twin_world_fixture(
+    "vals", _columns, _rows, [pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+"""Values holding NaNs over two PostgreSQL databases and their twin."""
 
 
 @pytest.mark.postgres

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,8 +13,7 @@ from sqlalchemy.orm import mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from snowshard.sharding.temporal import is_temporal
-from tests.conftest import _BACKEND_PARAMS
-from tests.twin_world import TwinWorld, build_twin_world
+from tests.twin_world import TwinWorld, twin_world_fixture
 
 
 def _columns() -> dict[str, Any]:
@@ -39,13 +37,7 @@ def _rows() -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.fixture(scope="module", params=_BACKEND_PARAMS)
-def world(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TwinWorld]:
-    """Events over two databases of each backend, and their unsharded twin (read only)."""
-    tmp = tmp_path_factory.mktemp("temporal")
-    yield from build_twin_world(request, tmp, request.param, "events", _columns, _rows())
+world = twin_world_fixture("events", _columns, _rows)
 
 
 class _Day(TypeDecorator[dt.date]):

@@ -1,5 +1,6 @@
 """A small sharded model and its unsharded twin, holding the same rows, for twin tests of
-one kind of value (dates, NaNs...): ``build_twin_world(request, tmp, backend, ...)``."""
+one kind of value (dates, NaNs, enums...): ``world = twin_world_fixture(table, columns,
+rows)`` in a test module gives its tests a :class:`TwinWorld` per backend."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from snowshard import Layout, Snowflake
 from snowshard.orm import snowflake_pk
 from snowshard.sharding import Sharded, ShardedSession, Shards, UnsupportedShardQuery, create_all
 from tests.backends import DatabaseFactory
+from tests.conftest import _BACKEND_PARAMS
 
 IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=4)
 """The twin worlds' IDs (a row's gene is its ``user_id``)."""
@@ -112,3 +114,22 @@ def build_twin_world(
         yield world
     finally:
         factory.cleanup()
+
+
+def twin_world_fixture(
+    table: str,
+    columns: Callable[[], dict[str, Any]],
+    rows: Callable[[], list[dict[str, Any]]],
+    backends: list[Any] | None = None,
+) -> Any:
+    """A module-scoped fixture of :class:`TwinWorld` s of ``table`` (built once per backend
+    of ``backends``, default all three, and only read by the tests)."""
+
+    @pytest.fixture(scope="module", params=backends or _BACKEND_PARAMS)
+    def world(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[TwinWorld]:
+        tmp = tmp_path_factory.mktemp(table)
+        yield from build_twin_world(request, tmp, request.param, table, columns, rows())
+
+    return world

@@ -28,6 +28,10 @@ unless the collation is known, from the statement alone, to agree with Python:
   may not be, and is refused;
 * a fixed-length ``CHAR`` compares ignoring trailing spaces on PostgreSQL and MariaDB, and
   an enum orders by its declared order there: neither is taken for Python's comparison;
+* a Python enum (``Enum(SomeEnum)``) stored as a string orders by that string, but a
+  merge of read values (grouped ORDER BY, MIN/MAX, ``<``/``>``) would hold its members,
+  which Python does not order: refused by :func:`check_enum_members`, unless compared by
+  weight (MariaDB);
 * an expression whose type SQLAlchemy does not know (``text()``, ``literal_column()``, a
   function without ``type_=``) is taken for a string when it has a string argument; with
   no typed argument at all it is refused on PostgreSQL and MariaDB (give it ``type_=``);
@@ -93,6 +97,7 @@ __all__ = [
     "EQUALITY",
     "ORDERING",
     "ServerOrder",
+    "check_enum_members",
     "check_string_keys",
     "check_strings",
     "collation_of",
@@ -567,4 +572,27 @@ def check_string_keys(model: Any, dialect: str) -> None:
             "and unique keys could differ from one table's; declare the key column with a "
             'collation that matches exactly (String(..., collation="utf8mb4_nopad_bin") on '
             'MariaDB and MySQL; the default or "C" on PostgreSQL)'
+        )
+
+
+def _enum_class(element: Any) -> Any:
+    """The Python enum class whose members SQLAlchemy reads ``element``'s values as, or None."""
+    type_ = getattr(element, "type", None)
+    while isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    return type_.enum_class if isinstance(type_, Enum) else None
+
+
+def check_enum_members(what: str, element: Any) -> None:
+    """Refuse ordering, in a merge of read values, values read as Python enum members
+    (SQLAlchemy's ``Enum(SomeEnum)``: ORDER BY one, MIN/MAX of one, ``<``/``>`` on one):
+    Python does not order enum members; one table orders the stored strings (natively,
+    the declared order, refused by :func:`check_strings`)."""
+    found = _enum_class(element)
+    if found is not None:
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: its values are read as members of "
+            f"the Python enum {found.__name__}, which Python does not order (one table "
+            f"orders the stored strings); order by cast({describe(element)}, String), or "
+            "route the query to one shard (a shard key in WHERE)"
         )

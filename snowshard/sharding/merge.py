@@ -102,6 +102,7 @@ from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
     ServerOrder,
+    check_enum_members,
     check_strings,
     collation_of,
     extreme_order,
@@ -555,6 +556,7 @@ class MergePlan:
                 self.order.append((itemgetter(extreme), descending, nulls_first))
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
+            check_enum_members("ORDER BY", expr)  # compared as read
             if index is not None:
                 self.order.append((_output(index), descending, nulls_first))
             else:
@@ -562,7 +564,9 @@ class MergePlan:
         computed = [c for c, kept in zip(columns, self.direct) if not kept]
         _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
         for helper in list(atoms.helpers):
-            self._extreme(helper)  # each MIN/MAX: exact, weighed or refused
+            if self._extreme(helper) is None and _is_extreme(helper):  # compared as read
+                for argument in aggregate_function(helper).clauses:
+                    check_enum_members(str(aggregate_function(helper).name).upper(), argument)
         if self.distinct:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
@@ -665,6 +669,8 @@ class MergePlan:
                     values[index] = _combine("count", column)
                 elif kind in ("avg", "avg_sum"):
                     values[index] = _combine("sum", column)
+                elif index in self.extremes:  # MIN/MAX picked by weight, below
+                    values[index] = None
                 elif index in ranks:  # MIN/MAX of strings the database ranked
                     present = [v for v in column if v is not None]
                     pick = min if kind == "min" else max
@@ -898,6 +904,8 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                     continue
                 for side in (part.left, part.right):
                     check_strings(side, dialect, need, "comparison")
+                    if need == ORDERING:
+                        check_enum_members("comparison", side)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
 
