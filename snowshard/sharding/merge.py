@@ -121,7 +121,6 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
-from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, restore
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -134,6 +133,7 @@ from snowshard.sharding.merged_types import (
 )
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.modifiers import check_modifiers
+from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, restore
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
@@ -565,8 +565,9 @@ class MergePlan:
         _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
         for helper in list(atoms.helpers):
             if self._extreme(helper) is None and _is_extreme(helper):  # compared as read
-                for argument in aggregate_function(helper).clauses:
-                    check_enum_members(str(aggregate_function(helper).name).upper(), argument)
+                function = aggregate_function(helper)
+                for argument in function.clauses:
+                    check_enum_members(str(function.name).upper(), argument)
         if self.distinct:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
@@ -740,7 +741,8 @@ class MergePlan:
             ranks = self._ranks(rank, [r for part in parts for r in part], -self.helpers)
             readers = [
                 (_ranked_reader(i, ranks[self.helpers + i]) if self.helpers + i in ranks
-                 else self._nan_key(itemgetter(i)), d, n)
+                 else canonical_key(itemgetter(i)) if i in self.nan_order
+                 else itemgetter(i), d, n)
                 for i, d, n in self.order
             ]  # fmt: skip
             key, reverse = sort_key(readers)

@@ -31,7 +31,6 @@ __all__ = [
     "PostgresNaN",
     "canonical",
     "canonical_key",
-    "has_nan",
     "restore",
 ]
 
@@ -121,8 +120,3 @@ def canonical_key(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def restore(value: Any) -> Any:
     """``value``, or the NaN the driver returned if it is a :class:`PostgresNaN`."""
     return value.original if isinstance(value, PostgresNaN) else value
-
-
-def has_nan(value: Any) -> bool:
-    """Whether ``value`` is a NaN (float, Decimal or :class:`PostgresNaN`)."""
-    return _is_nan(value)
