@@ -138,3 +138,42 @@ def test_date_compared_with_text_is_refused(world: TwinWorld) -> None:
         return select(m.tag).group_by(m.tag).having(func.max(m.day) > "2024-12-01")
 
     world.refused(build, "compares a date or time with str")
+
+
+def _span_columns() -> dict[str, Any]:
+    return {"span": mapped_column(Interval), "tag": mapped_column(String(8))}
+
+
+def _span_rows() -> list[dict[str, Any]]:
+    rng = random.Random(1132)
+    return [
+        {
+            "user_id": rng.randrange(1, 40),
+            "span": dt.timedelta(hours=rng.randrange(80), seconds=rng.randrange(3600)),
+            "tag": "xyz"[i % 3],
+        }
+        for i in range(40)
+    ]
+
+
+spans = twin_world_fixture(
+    "spans", _span_columns, _span_rows, [pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+"""Intervals (PostgreSQL's own type; elsewhere SQLAlchemy emulates it) and their twin."""
+
+
+@pytest.mark.postgres
+def test_sum_min_max_of_intervals_match_the_twin(spans: TwinWorld) -> None:
+    """SUM, MIN and MAX of an interval per group are the twin's on PostgreSQL."""
+
+    def totals(m: Any) -> Any:
+        return select(m.tag, func.sum(m.span), func.min(m.span), func.max(m.span)).group_by(m.tag)
+
+    assert len(spans.exact(totals)) == 3
+
+
+@pytest.mark.postgres
+def test_avg_of_an_interval_is_refused_on_postgresql(spans: TwinWorld) -> None:
+    """AVG of an interval is refused before any SQL: PostgreSQL divides an interval's days
+    and time apart, which dividing a summed timedelta does not reproduce (was TypeError)."""
+    spans.refused(lambda m: select(m.tag, func.avg(m.span)).group_by(m.tag), "AVG of an interval")

@@ -43,7 +43,12 @@ from snowshard.sharding.analysis import aggregate_function, describe, function_k
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
-from snowshard.sharding.temporal import check_arithmetic, check_choice, check_comparison
+from snowshard.sharding.temporal import (
+    check_arithmetic,
+    check_average,
+    check_choice,
+    check_comparison,
+)
 
 __all__ = [
     "BY_VALUE",
@@ -185,6 +190,8 @@ class Atoms:
         found = self._find(element, name)
         if found is not None:
             return found
+        if name == "avg":
+            check_average(element, function.clauses, self.dialect, _refuse)
         index = self._add(element, name)
         if name == "avg":
             (argument,) = function.clauses

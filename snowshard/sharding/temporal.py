@@ -19,8 +19,8 @@ So the merge refuses, before any SQL runs, arithmetic with a date/time operand o
 ``COALESCE`` giving dates or times except on PostgreSQL and, without bound values among
 their branches, on MariaDB/MySQL. Comparisons of dates and times with each other stay
 merged: they order alike in Python and in each database; with text they are refused
-(:func:`check_comparison`). :func:`check_arithmetic`, :func:`check_choice` and
-:func:`check_comparison` are what :mod:`~snowshard.sharding.evaluate` calls.
+(:func:`check_comparison`); so is AVG of an interval on PostgreSQL (:func:`check_average`).
+The ``check_*`` functions are what :mod:`~snowshard.sharding.evaluate` calls.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter, Grouping, Label
 from sqlalchemy.types import Date, DateTime, Interval, Time, TypeDecorator
 
-__all__ = ["check_arithmetic", "check_choice", "check_comparison", "is_temporal"]
+__all__ = [
+    "check_arithmetic",
+    "check_average",
+    "check_choice",
+    "check_comparison",
+    "is_temporal",
+]
 
 Refuse = Callable[[Any, str], Exception]
 
@@ -84,6 +90,21 @@ def check_arithmetic(element: Any, dialect: str, refuse: Refuse) -> None:
         f"PostgreSQL ({dialect or 'this database'} computes it otherwise than Python: "
         "MariaDB/MySQL as numbers, SQLite on text, PostgreSQL's date - date as days)",
     )
+
+
+def check_average(element: Any, arguments: Iterable[Any], dialect: str, refuse: Refuse) -> None:
+    """Refuse ``element``, an AVG, of an interval (or date/time) on PostgreSQL: there it is
+    PostgreSQL's own division of an interval's days and time, which the merge's division
+    of summed ``timedelta`` values does not reproduce (MariaDB and SQLite average the
+    numbers they make of dates, which the merge reproduces)."""
+    if dialect != "postgresql":
+        return
+    if any(is_temporal(_type(argument)) for argument in arguments if _type(argument) is not None):
+        raise refuse(
+            element,
+            "AVG of an interval or date/time is PostgreSQL's own interval division; select "
+            "sum(x) and count(x) and divide the timedelta in Python",
+        )
 
 
 _TEMPORAL_VALUES = (dt.date, dt.time, dt.timedelta)
