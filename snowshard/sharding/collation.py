@@ -28,6 +28,8 @@ unless the collation is known, from the statement alone, to agree with Python:
   may not be, and is refused;
 * a fixed-length ``CHAR`` compares ignoring trailing spaces on PostgreSQL and MariaDB, and
   an enum orders by its declared order there: neither is taken for Python's comparison;
+* MariaDB's UUID type orders by its segments swapped: refused for ordering by
+  :func:`check_uuid_order` on MariaDB/MySQL;
 * a Python enum (``Enum(SomeEnum)``) stored as a string orders by that string, but a
   merge of read values (grouped ORDER BY, MIN/MAX, ``<``/``>``) would hold its members,
   which Python does not order: refused by :func:`check_enum_members`, unless compared by
@@ -69,7 +71,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String
+from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
 from sqlalchemy.dialects import registry
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.default import DefaultDialect
@@ -99,6 +101,7 @@ __all__ = [
     "ServerOrder",
     "check_enum_members",
     "check_string_keys",
+    "check_uuid_order",
     "check_strings",
     "collation_of",
     "compares_like_python",
@@ -595,4 +598,24 @@ def check_enum_members(what: str, element: Any) -> None:
             f"the Python enum {found.__name__}, which Python does not order (one table "
             f"orders the stored strings); order by cast({describe(element)}, String), or "
             "route the query to one shard (a shard key in WHERE)"
+        )
+
+
+def check_uuid_order(what: str, element: Any, dialect: str) -> None:
+    """Refuse a merge ordering UUIDs on MariaDB/MySQL (ORDER BY, MIN/MAX, ``<``/``>``):
+    SQLAlchemy's ``Uuid`` is MariaDB's native UUID type there, which MariaDB orders by
+    its segments swapped (time-ordered UUIDs by their time), not as Python orders the
+    text or ``uuid.UUID`` values the merge compares. (On MySQL, a CHAR(32), the order
+    would agree, but the dialect cannot tell the servers apart before the statement runs.)"""
+    if dialect not in ("mysql", "mariadb"):
+        return
+    type_ = getattr(element, "type", None)
+    while isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    if isinstance(type_, Uuid) and type_.native_uuid:
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: MariaDB orders its UUID type by "
+            "segments swapped, which the merge does not reproduce; order by "
+            f"cast({describe(element)}, String(36)), or route the query to one shard (a "
+            "shard key in WHERE)"
         )

@@ -104,6 +104,7 @@ from snowshard.sharding.collation import (
     ServerOrder,
     check_enum_members,
     check_strings,
+    check_uuid_order,
     collation_of,
     extreme_order,
     extreme_weight,
@@ -419,6 +420,7 @@ class MergePlan:
             for named, descending, nulls_first in order:
                 expr = _labelled(named, statement)
                 _check_sql_text(expr)
+                check_uuid_order("ORDER BY", expr, dialect)
                 self.order.append((len(helpers), descending, nulls_first))
                 if self.nan_aware and is_numeric(expr):
                     self.nan_order.add(len(helpers))
@@ -557,6 +559,7 @@ class MergePlan:
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             check_enum_members("ORDER BY", expr)  # compared as read
+            check_uuid_order("ORDER BY", expr, self.dialect)
             if index is not None:
                 self.order.append((_output(index), descending, nulls_first))
             else:
@@ -568,6 +571,7 @@ class MergePlan:
                 function = aggregate_function(helper)
                 for argument in function.clauses:
                     check_enum_members(str(function.name).upper(), argument)
+                    check_uuid_order(str(function.name).upper(), argument, self.dialect)
         if self.distinct:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
@@ -908,6 +912,7 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                     check_strings(side, dialect, need, "comparison")
                     if need == ORDERING:
                         check_enum_members("comparison", side)
+                        check_uuid_order("comparison", side, dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
 
