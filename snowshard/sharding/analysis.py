@@ -110,6 +110,7 @@ __all__ = [
     "check_star_columns",
     "aggregate_function",
     "describe",
+    "distinct_arguments",
     "exists_selects",
     "from_entries",
     "filtered_aggregate",
@@ -176,12 +177,18 @@ def filtered_aggregate(element: Any) -> Optional[FunctionElement[Any]]:
     function = element.func
     if not isinstance(function, FunctionElement) or function_kind(function) != "aggregate":
         return None
-    if any(
-        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
-        for a in function.clauses
-    ):
+    if distinct_arguments(function):
         return None
     return function
+
+
+def distinct_arguments(function: Any) -> list[Any]:
+    """The ``DISTINCT x`` arguments of ``function`` (``count(x.distinct())``), in order."""
+    return [
+        argument
+        for argument in function.clauses
+        if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op
+    ]
 
 
 def aggregate_function(element: Any) -> Any:

@@ -32,7 +32,7 @@ unless the collation is known, from the statement alone, to agree with Python:
   :func:`check_uuid_order` on MariaDB/MySQL;
 * a Python enum (``Enum(SomeEnum)``) stored as a string orders by that string, but a
   merge of read values (grouped ORDER BY, MIN/MAX, ``<``/``>``) would hold its members,
-  which Python does not order: refused by :func:`check_enum_members`, unless compared by
+  which Python does not order: refused by :func:`check_read_order`, unless compared by
   weight (MariaDB);
 * an expression whose type SQLAlchemy does not know (``text()``, ``literal_column()``, a
   function without ``type_=``) is taken for a string when it has a string argument; with
@@ -99,7 +99,7 @@ __all__ = [
     "EQUALITY",
     "ORDERING",
     "ServerOrder",
-    "check_enum_members",
+    "check_read_order",
     "check_string_keys",
     "check_uuid_order",
     "check_strings",
@@ -578,27 +578,21 @@ def check_string_keys(model: Any, dialect: str) -> None:
         )
 
 
-def _enum_class(element: Any) -> Any:
-    """The Python enum class whose members SQLAlchemy reads ``element``'s values as, or None."""
-    type_ = getattr(element, "type", None)
-    while isinstance(type_, TypeDecorator):
-        type_ = type_.impl_instance
-    return type_.enum_class if isinstance(type_, Enum) else None
-
-
-def check_enum_members(what: str, element: Any) -> None:
-    """Refuse ordering, in a merge of read values, values read as Python enum members
-    (SQLAlchemy's ``Enum(SomeEnum)``: ORDER BY one, MIN/MAX of one, ``<``/``>`` on one):
-    Python does not order enum members; one table orders the stored strings (natively,
-    the declared order, refused by :func:`check_strings`)."""
-    found = _enum_class(element)
-    if found is not None:
+def check_read_order(what: str, element: Any, dialect: str) -> None:
+    """Refuse ordering, in a merge of read values (grouped ORDER BY, MIN/MAX not picked by
+    weight or rank, ``<``/``>`` over aggregates), values Python orders otherwise than the
+    database: Python enum members (SQLAlchemy's ``Enum(SomeEnum)``), which Python does not
+    order at all, one table ordering the stored strings (natively, the declared order,
+    refused by :func:`check_strings`); and MariaDB's UUIDs (:func:`check_uuid_order`)."""
+    found = _type_for(getattr(element, "type", None), dialect)
+    if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: its values are read as members of "
-            f"the Python enum {found.__name__}, which Python does not order (one table "
-            f"orders the stored strings); order by cast({describe(element)}, String), or "
-            "route the query to one shard (a shard key in WHERE)"
+            f"the Python enum {found.enum_class.__name__}, which Python does not order (one "
+            f"table orders the stored strings); order by cast({describe(element)}, String), "
+            "or route the query to one shard (a shard key in WHERE)"
         )
+    check_uuid_order(what, element, dialect)
 
 
 def check_uuid_order(what: str, element: Any, dialect: str) -> None:
@@ -609,10 +603,8 @@ def check_uuid_order(what: str, element: Any, dialect: str) -> None:
     would agree, but the dialect cannot tell the servers apart before the statement runs.)"""
     if dialect not in ("mysql", "mariadb"):
         return
-    type_ = getattr(element, "type", None)
-    while isinstance(type_, TypeDecorator):
-        type_ = type_.impl_instance
-    if isinstance(type_, Uuid) and type_.native_uuid:
+    found = _type_for(getattr(element, "type", None), dialect)
+    if isinstance(found, Uuid) and found.native_uuid:
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: MariaDB orders its UUID type by "
             "segments swapped, which the merge does not reproduce; order by "

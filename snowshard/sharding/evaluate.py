@@ -39,7 +39,13 @@ from sqlalchemy.sql.selectable import Exists
 from sqlalchemy.types import Integer, NullType
 
 from snowshard._compat import LabelReference, plugin_subject_of
-from snowshard.sharding.analysis import aggregate_function, describe, function_kind, walk
+from snowshard.sharding.analysis import (
+    aggregate_function,
+    describe,
+    distinct_arguments,
+    function_kind,
+    walk,
+)
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
@@ -180,20 +186,15 @@ class Atoms:
                 element, "FILTER is merged over count, sum, min, max and avg of values only"
             )
         name = str(function.name).lower()
-        distinct = [
-            argument
-            for argument in function.clauses
-            if isinstance(argument, UnaryExpression) and argument.operator is operators.distinct_op
-        ]
+        distinct = distinct_arguments(function)
         if distinct:
             return self._distinct(function, name, distinct)
         found = self._find(element, name)
         if found is not None:
             return found
-        if name == "avg":
-            check_average(element, function.clauses, self.dialect, _refuse)
         index = self._add(element, name)
         if name == "avg":
+            check_average(element, function.clauses, self.dialect, _refuse)
             (argument,) = function.clauses
             total: Any = func.sum(argument, type_=NullType())  # raw: the driver's SUM
             count: Any = func.count(argument)
@@ -351,7 +352,7 @@ def _function(element: FunctionElement[Any], atoms: Atoms) -> Evaluator:
         index = atoms.aggregate(element)
         return lambda values: values[index]
     if str(element.name).lower() == "coalesce":
-        check_choice(element, element.clauses, atoms.dialect, _refuse)
+        check_choice(element, map(bare, element.clauses), atoms.dialect, _refuse)
         parts = [compile_expression(argument, atoms) for argument in element.clauses]
         convert = coalesce_function(element, atoms.dialect, _refuse)
 
@@ -384,14 +385,13 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         function = division_function(element, atoms.dialect, _refuse)
     if function is None:
         raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
-    if operator in _COMPARISON:
-        check_comparison(element, atoms.dialect, _refuse)
-    else:
+    absorbs = operator not in _COMPARISON  # arithmetic on PostgreSQL's NaN is NaN
+    if absorbs:
         check_arithmetic(element, atoms.dialect, _refuse)
+    else:
+        check_comparison(element, (bare(element.left), bare(element.right)), atoms.dialect, _refuse)
     left = compile_expression(element.left, atoms)
     right = compile_expression(element.right, atoms)
-
-    absorbs = operator not in _COMPARISON  # arithmetic on PostgreSQL's NaN is NaN
 
     def apply(values: Sequence[Any]) -> Any:
         a, b = left(values), right(values)
@@ -459,8 +459,8 @@ def _boolean(element: BooleanClauseList, atoms: Atoms) -> Evaluator:
 
 
 def _case(element: Case[Any], atoms: Atoms) -> Evaluator:
-    results = [result for _, result in element.whens]
-    check_choice(element, [*results, element.else_], atoms.dialect, _refuse)
+    results = [bare(result) for _, result in element.whens]
+    check_choice(element, [*results, bare(element.else_)], atoms.dialect, _refuse)
     subject = compile_expression(element.value, atoms) if element.value is not None else None
     whens = [
         (compile_expression(condition, atoms), compile_expression(result, atoms))

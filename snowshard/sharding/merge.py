@@ -102,7 +102,7 @@ from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
     ServerOrder,
-    check_enum_members,
+    check_read_order,
     check_strings,
     check_uuid_order,
     collation_of,
@@ -220,14 +220,10 @@ def _partitioned(models: Sequence[ShardedModel], value: Any) -> bool:
     )
 
 
-_NAN = object()
-"""What every NaN counts as among distinct values: one value, as SQL's DISTINCT has it."""
-
-
 def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) -> Any:
     """``count``, ``sum`` or ``avg`` (``kind``: :data:`BY_VALUE`) of the distinct non-NULL
     values of ``column`` (``helper``'s, the sources' finer groups), as ``dialect`` types it."""
-    present: set[Any] = {_NAN if v != v else v for v in column if v is not None}  # 1 NaN
+    present = {canonical(v) for v in column if v is not None}  # every NaN one value
     if kind == "count_distinct":
         return len(present)
     if not present:
@@ -558,8 +554,7 @@ class MergePlan:
                 self.order.append((itemgetter(extreme), descending, nulls_first))
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
-            check_enum_members("ORDER BY", expr)  # compared as read
-            check_uuid_order("ORDER BY", expr, self.dialect)
+            check_read_order("ORDER BY", expr, self.dialect)  # compared as read
             if index is not None:
                 self.order.append((_output(index), descending, nulls_first))
             else:
@@ -570,8 +565,7 @@ class MergePlan:
             if self._extreme(helper) is None and _is_extreme(helper):  # compared as read
                 function = aggregate_function(helper)
                 for argument in function.clauses:
-                    check_enum_members(str(function.name).upper(), argument)
-                    check_uuid_order(str(function.name).upper(), argument, self.dialect)
+                    check_read_order(str(function.name).upper(), argument, self.dialect)
         if self.distinct:
             for column in columns:
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
@@ -716,6 +710,13 @@ class MergePlan:
             return [outputs + tuple(map(restore, values)) for outputs, values in merged]
         return [outputs + values for outputs, values in merged]
 
+    def order_reader(self, index: int, position: int) -> Callable[[Any], Any]:
+        """How a merge on rows reads ORDER BY helper ``index`` (from the row's end), found at
+        ``position`` of a row: as it is, or, for numbers that may be PostgreSQL's NaN
+        (:attr:`nan_order`), compared as PostgreSQL compares them."""
+        read = itemgetter(position)
+        return canonical_key(read) if index in self.nan_order else read
+
     def _nan_key(self, read: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``read``, comparing NaNs as PostgreSQL does where they may occur."""
         return canonical_key(read) if self.nan_aware else read
@@ -745,8 +746,7 @@ class MergePlan:
             ranks = self._ranks(rank, [r for part in parts for r in part], -self.helpers)
             readers = [
                 (_ranked_reader(i, ranks[self.helpers + i]) if self.helpers + i in ranks
-                 else canonical_key(itemgetter(i)) if i in self.nan_order
-                 else itemgetter(i), d, n)
+                 else self.order_reader(i, i), d, n)
                 for i, d, n in self.order
             ]  # fmt: skip
             key, reverse = sort_key(readers)
@@ -911,8 +911,7 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                 for side in (part.left, part.right):
                     check_strings(side, dialect, need, "comparison")
                     if need == ORDERING:
-                        check_enum_members("comparison", side)
-                        check_uuid_order("comparison", side, dialect)
+                        check_read_order("comparison", side, dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
 

@@ -16,13 +16,12 @@ from typing import Any
 
 from sqlalchemy import Float, Numeric, type_coerce
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import Label, UnaryExpression
+from sqlalchemy.sql.elements import Label
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
 from snowshard._compat import LabelReference
-from snowshard.sharding.analysis import aggregate_function
+from snowshard.sharding.analysis import aggregate_function, distinct_arguments
 from snowshard.sharding.arith import scale_of
 
 __all__ = [
@@ -45,13 +44,6 @@ def unlabelled(element: Any) -> Any:
     return element
 
 
-def _has_distinct(function: Any) -> bool:
-    return any(
-        isinstance(a, UnaryExpression) and a.operator is operators.distinct_op
-        for a in function.clauses
-    )
-
-
 def typed_distinct(
     output: Callable[[Any], Any], column: Any, dialect: str
 ) -> Callable[[Any], Any]:
@@ -64,7 +56,7 @@ def typed_distinct(
     plain = unlabelled(column)
     if not (isinstance(plain, FunctionElement) and str(plain.name).lower() in ("sum", "avg")):
         return output
-    if not _has_distinct(plain):
+    if not distinct_arguments(plain):
         return output
     return read_as(output, plain.type, dialect)
 
@@ -110,7 +102,7 @@ def is_raw_sum(element: Any) -> bool:
     function = aggregate_function(element)
     if not (isinstance(function, FunctionElement) and str(function.name).lower() == "sum"):
         return False
-    if _has_distinct(function):  # merged from its distinct values (typed_distinct)
+    if distinct_arguments(function):  # merged from its distinct values (typed_distinct)
         return False
     return isinstance(function.type, (Float, Numeric))
 

@@ -102,10 +102,8 @@ def _sort_key(
         helper = plan.helpers + index
         if held is not None and helper in plan.ranked:
             readers.append((held.reader(helper), descending, nulls_first))
-        elif index in plan.nan_order:  # numbers that may be PostgreSQL's NaN
-            readers.append((canonical_key(itemgetter(positions[helper])), descending, nulls_first))
         else:
-            readers.append((itemgetter(positions[helper]), descending, nulls_first))
+            readers.append((plan.order_reader(index, positions[helper]), descending, nulls_first))
     key, reverse = sort_key(readers)
     return (lambda pair: key(pair[1])), reverse
 

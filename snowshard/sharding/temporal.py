@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import BindParameter, Grouping, Label
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.types import Date, DateTime, Interval, Time, TypeDecorator
 
 __all__ = [
@@ -111,11 +111,14 @@ _TEMPORAL_VALUES = (dt.date, dt.time, dt.timedelta)
 """Python values a date/time compares with as the database does (datetime is a date)."""
 
 
-def check_comparison(element: Any, dialect: str, refuse: Refuse) -> None:
-    """Refuse ``element``, a comparison, if it compares a date or time with a bound value
-    that is not one (text, say): the merge would compare a ``datetime`` with a ``str``,
-    which Python refuses and each database does its own way (SQLite compares text)."""
-    sides = [_bare(element.left), _bare(element.right)]
+def check_comparison(
+    element: Any, sides: Iterable[Any], dialect: str, refuse: Refuse
+) -> None:
+    """Refuse ``element``, a comparison of ``sides`` (without labels or parentheses), if it
+    compares a date or time with a bound value that is not one (text, say): the merge
+    would compare a ``datetime`` with a ``str``, which Python refuses and each database
+    does its own way (SQLite compares text)."""
+    sides = list(sides)
     if not any(is_temporal(_type(side)) for side in sides if _type(side) is not None):
         return
     for side in sides:
@@ -129,21 +132,16 @@ def check_comparison(element: Any, dialect: str, refuse: Refuse) -> None:
                 )
 
 
-def _bare(element: Any) -> Any:
-    while isinstance(element, (Label, Grouping)):
-        element = element.element
-    return element
-
-
 def check_choice(element: Any, branches: Iterable[Any], dialect: str, refuse: Refuse) -> None:
-    """Refuse ``element``, a ``CASE`` or ``COALESCE`` choosing among ``branches``, if it
-    gives dates or times the merge cannot give as the database does (module docstring)."""
+    """Refuse ``element``, a ``CASE`` or ``COALESCE`` choosing among ``branches`` (without
+    labels or parentheses), if it gives dates or times the merge cannot give as the
+    database does (module docstring)."""
     branches = list(branches)
     if not any(is_temporal(t) for t in (_type(element), *map(_type, branches)) if t is not None):
         return
     if dialect == "postgresql":
         return
-    bound = [b for b in map(_bare, branches) if isinstance(b, BindParameter)]
+    bound = [b for b in branches if isinstance(b, BindParameter)]
     if dialect in ("mysql", "mariadb") and not any(b.effective_value is not None for b in bound):
         return
     why = (
