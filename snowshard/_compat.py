@@ -18,6 +18,7 @@ import sqlalchemy
 from sqlalchemy import LargeBinary, Select, Subquery
 from sqlalchemy.engine import ChunkedIteratorResult, CursorResult, Result
 from sqlalchemy.engine.cursor import FullyBufferedCursorFetchStrategy
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.event import registry as event_registry
 from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.sql.base import CompileState
@@ -599,6 +600,27 @@ def with_only_columns_keeping_froms(select: Select[Any], *columns: Any) -> Selec
     kept = [f for f in select.columns_clause_froms if deannotated(f) not in joined]
     made: Select[Any] = select.select_from(*kept).with_only_columns(*columns)
     return made
+
+
+_FROMS_DIALECT = DefaultDialect()
+
+
+def final_froms(select: Any) -> Sequence[Any]:
+    """``select.get_final_froms()`` (the FROM entries the SELECT renders; [] for anything
+    but a SELECT), without rendering the statement.
+
+    SQLAlchemy 2.1 renders the whole statement with the default string compiler first, which
+    cannot render some elements a dialect can (an array slice ``a[1:2]``, a construct a
+    user ``@compiles`` for one dialect only): the plain statement runs, but asking for its
+    FROM list raised. The FROM list is the statement's compile state's, as in every version
+    (the floor builds it without a compiler); here it is built with a compiler that renders
+    nothing.
+    """
+    if not hasattr(select, "get_final_froms"):
+        return []
+    compiler = _FROMS_DIALECT.statement_compiler(_FROMS_DIALECT, None)
+    froms: Sequence[Any] = select._compile_state_factory(select, compiler)._get_display_froms()
+    return froms
 
 
 def correlation_exceptions_of(select: Any) -> tuple[Any, ...] | None:

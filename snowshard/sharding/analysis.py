@@ -48,6 +48,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
 from sqlalchemy import Column, Delete, Insert, Table, Update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -84,6 +85,7 @@ from snowshard._compat import (
     distinct_on_of,
     explicit_correlation,
     fetch_clause_of,
+    final_froms,
     group_by_of,
     having_of,
     limit_offset_of,
@@ -145,8 +147,11 @@ def describe(element: Any) -> str:
     """A short text for ``element`` in a message (never fails on dialect-only constructs)."""
     try:
         text = str(element)
-    except CompileError:
-        text = f"{getattr(element, 'name', type(element).__name__)}(...)"
+    except CompileError:  # rendered by a dialect only (an array slice): as PostgreSQL's
+        try:
+            text = str(element.compile(dialect=postgresql.dialect()))
+        except CompileError:
+            text = f"{getattr(element, 'name', type(element).__name__)}(...)"
     text = " ".join(text.split())
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -306,7 +311,7 @@ def _correlated_on_key(select: SelectBase) -> bool:
 
 def _joins(select: Any) -> Iterator[Join]:
     """The joins in the FROM list of ``select`` (not those of its subqueries)."""
-    stack = list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
+    stack = list(final_froms(select))
     while stack:
         item = stack.pop()
         if isinstance(item, Join):
@@ -366,7 +371,7 @@ def from_entries(select: Any) -> set[Any]:
     if isinstance(select, (Update, Delete)):
         return {deannotated(select.table)}
     found: set[Any] = set()
-    stack = list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
+    stack = list(final_froms(select))
     while stack:
         item = stack.pop()
         if isinstance(item, Join):
@@ -390,7 +395,7 @@ def _own_models(select: SelectBase, enclosing: set[Any]) -> list[ShardedModel]:
     here (a model then counts as read inside, which can only refuse more)."""
     if not hasattr(select, "get_final_froms") or explicit_correlation(select):
         return _models_in(select)
-    froms = select.get_final_froms()
+    froms = final_froms(select)
     own = [f for f in froms if not (isinstance(f, Table) and deannotated(f) in enclosing)]
     if len(froms) < 2 or not own:
         own = list(froms)
@@ -493,7 +498,7 @@ def exists_selects(statement: Any) -> list[Select[Any]]:
 def _exists_chains(statement: Any) -> list[list[Any]]:
     """For a SELECT without a FROM list, the :func:`_exists_chain` of each EXISTS it
     selects; [] for any other statement."""
-    if not isinstance(statement, Select) or statement.get_final_froms():
+    if not isinstance(statement, Select) or final_froms(statement):
         return []
     chains = (_exists_chain(_plain(column)) for column in statement.selected_columns)
     return [chain for chain in chains if chain]
@@ -531,7 +536,7 @@ def _derived_tables(statement: Any) -> set[int]:
             stack.append(chain[-1])
     while stack:
         select = stack.pop()
-        froms = select.get_final_froms() if hasattr(select, "get_final_froms") else []
+        froms = final_froms(select)
         if len(froms) != 1:
             continue
         derived = _unaliased(froms[0])

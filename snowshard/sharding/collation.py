@@ -99,6 +99,7 @@ __all__ = [
     "EQUALITY",
     "ORDERING",
     "ServerOrder",
+    "check_array_order",
     "check_read_order",
     "check_string_keys",
     "check_uuid_order",
@@ -583,7 +584,9 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     weight or rank, ``<``/``>`` over aggregates), values Python orders otherwise than the
     database: Python enum members (SQLAlchemy's ``Enum(SomeEnum)``), which Python does not
     order at all, one table ordering the stored strings (natively, the declared order,
-    refused by :func:`check_strings`); and MariaDB's UUIDs (:func:`check_uuid_order`)."""
+    refused by :func:`check_strings`); arrays (:func:`check_array_order`); and MariaDB's
+    UUIDs (:func:`check_uuid_order`)."""
+    check_array_order(what, element, dialect)
     found = _type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(
@@ -593,6 +596,21 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
             "or route the query to one shard (a shard key in WHERE)"
         )
     check_uuid_order(what, element, dialect)
+
+
+def check_array_order(what: str, element: Any, dialect: str) -> None:
+    """Refuse a merge ordering arrays (ORDER BY, MIN/MAX, ``<``/``>``): PostgreSQL orders
+    them element by element with NULL elements last and NaN elements equal, then by their
+    dimensions and bounds; the merge would compare Python lists, which cannot compare None
+    with a number, order NaN, nor see the bounds."""
+    found = _type_for(getattr(element, "type", None), dialect)
+    if isinstance(found, ARRAY):
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: the merge would order arrays as "
+            f"Python lists, not as {dialect} does (NULL and NaN elements, dimensions, "
+            f"bounds); order by an element ({describe(element)}[1]) or another scalar, or "
+            "route the query to one shard (a shard key in WHERE)"
+        )
 
 
 def check_uuid_order(what: str, element: Any, dialect: str) -> None:

@@ -102,6 +102,7 @@ from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
     ServerOrder,
+    check_array_order,
     check_read_order,
     check_strings,
     check_uuid_order,
@@ -417,6 +418,7 @@ class MergePlan:
                 expr = _labelled(named, statement)
                 _check_sql_text(expr)
                 check_uuid_order("ORDER BY", expr, dialect)
+                check_array_order("ORDER BY", expr, dialect)
                 self.order.append((len(helpers), descending, nulls_first))
                 if self.nan_aware and is_numeric(expr):
                     self.nan_order.add(len(helpers))

@@ -48,6 +48,7 @@ from sqlalchemy.sql.visitors import replacement_traverse
 
 from snowshard._compat import (
     explicit_correlation,
+    final_froms,
     limit_offset_of,
     with_only_columns_keeping_froms,
 )
@@ -122,7 +123,7 @@ def _select_in(element: Any) -> Select[Any] | None:
 
 
 def _froms(select: Any) -> list[Any]:
-    return list(select.get_final_froms()) if hasattr(select, "get_final_froms") else []
+    return list(final_froms(select))
 
 
 def _may_correlate(select: Any, enclosing: set[Any]) -> bool:
