@@ -48,7 +48,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any, Optional
 
 from sqlalchemy import Column, Delete, Insert, Table, Update
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -149,7 +149,7 @@ def describe(element: Any) -> str:
         text = str(element)
     except CompileError:  # rendered by a dialect only (an array slice): as PostgreSQL's
         try:
-            text = str(element.compile(dialect=postgresql.dialect()))
+            text = str(element.compile(dialect=PGDialect()))  # type: ignore[no-untyped-call]
         except CompileError:
             text = f"{getattr(element, 'name', type(element).__name__)}(...)"
     text = " ".join(text.split())
