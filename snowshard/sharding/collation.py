@@ -68,13 +68,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
-from sqlalchemy.dialects import registry
-from sqlalchemy.engine import Dialect
-from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -92,8 +88,10 @@ from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
 from snowshard.sharding.analysis import aggregate_function, describe, walk
+from snowshard.sharding.dialect_types import type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
+from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
 
 __all__ = [
     "EQUALITY",
@@ -161,23 +159,6 @@ _TYPED_MERGES = {
 """Dialects whose merge handles a string of any collation once its type is known: how."""
 
 
-@cache
-def _dialect(name: str) -> Dialect:
-    """A dialect object of ``name`` for reading types (its driver is never imported)."""
-    try:
-        found: Dialect = registry.load(name)()
-    except Exception:  # noqa: BLE001 - an unknown name: types as SQLAlchemy's defaults
-        found = DefaultDialect()
-    return found
-
-
-def _type_for(type_: Any, dialect: str) -> Any:
-    type_ = variant_for(type_, dialect)
-    while isinstance(type_, TypeDecorator):
-        type_ = variant_for(type_.load_dialect_impl(_dialect(dialect)), dialect)
-    return type_
-
-
 def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, Any]:
     """``(is_string, collation, type)`` of an expression on ``dialect``.
 
@@ -188,12 +169,12 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     """
     plain = bare(element)
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
-        return True, _explicit(plain), _type_for(plain.left.type, dialect)
-    type_ = _type_for(getattr(plain, "type", None), dialect)
+        return True, _explicit(plain), type_for(plain.left.type, dialect)
+    type_ = type_for(getattr(plain, "type", None), dialect)
     if isinstance(type_, String) or _folded(type_):
         return True, _derived(plain, dialect), type_
     if isinstance(type_, ARRAY):  # an array of strings compares them by their collation
-        item = _type_for(type_.item_type, dialect)
+        item = type_for(type_.item_type, dialect)
         if isinstance(item, String) or _folded(item):
             return True, item.collation, type_
     if type_ is not None and not isinstance(type_, NullType):
@@ -263,7 +244,7 @@ def _gather(element: Any, dialect: str, implicit: set[str | None]) -> str | None
         return None
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
         return _explicit(plain)
-    type_ = _type_for(getattr(plain, "type", None), dialect)
+    type_ = type_for(getattr(plain, "type", None), dialect)
     if type_ is not None and not isinstance(type_, (String, NullType)) and not _folded(type_):
         return None
     declared = getattr(type_, "collation", None)
@@ -461,8 +442,11 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, its
     :class:`~snowshard._compat.PaddedWeight`: bytes that order as the collation orders the
     string, equal for strings it calls equal; otherwise refused as :func:`check_strings`
-    refuses."""
+    refuses. A MariaDB TIMESTAMP's weight is its instant (:func:`.instants.instant_key`)."""
     plain = bare(element)
+    instant = instant_key(plain, dialect)
+    if instant is not None:
+        return instant
     found = collation_of(plain, dialect)
     is_string, collation, type_ = found
     length = getattr(type_, "length", None)
@@ -484,9 +468,15 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     greatest of their values: None where Python orders ``x`` as the database does (or it
     is no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, the
     :class:`~snowshard._compat.PaddedWeight` of the aggregate's value; otherwise refused
-    as :func:`check_strings` refuses."""
+    as :func:`check_strings` refuses. A MariaDB TIMESTAMP is picked by its instant
+    (:func:`.instants.instant_extreme`), or refused in a form that cannot be."""
+    instant = instant_extreme(bare(aggregate), dialect)
+    if instant is not None:
+        return instant[1]
     function = aggregate_function(aggregate)
     what = str(function.name).upper()
+    for argument in function.clauses:
+        check_instant_compared(what, argument, dialect)
     weights = [weight_of(argument, dialect, ORDERING, what) for argument in function.clauses]
     found = next((w for w in weights if w is not None), None)
     return None if found is None else PaddedWeight(bare(aggregate), found.length)
@@ -584,10 +574,11 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     weight or rank, ``<``/``>`` over aggregates), values Python orders otherwise than the
     database: Python enum members (SQLAlchemy's ``Enum(SomeEnum)``), which Python does not
     order at all, one table ordering the stored strings (natively, the declared order,
-    refused by :func:`check_strings`); arrays (:func:`check_array_order`); and MariaDB's
-    UUIDs (:func:`check_uuid_order`)."""
+    refused by :func:`check_strings`); arrays (:func:`check_array_order`); MariaDB's
+    UUIDs (:func:`check_uuid_order`) and TIMESTAMPs (:func:`.instants.check_instant_compared`)."""
     check_array_order(what, element, dialect)
-    found = _type_for(getattr(element, "type", None), dialect)
+    check_instant_compared(what, element, dialect)
+    found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: its values are read as members of "
@@ -603,7 +594,7 @@ def check_array_order(what: str, element: Any, dialect: str) -> None:
     them element by element with NULL elements last and NaN elements equal, then by their
     dimensions and bounds; the merge would compare Python lists, which cannot compare None
     with a number, order NaN, nor see the bounds."""
-    found = _type_for(getattr(element, "type", None), dialect)
+    found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, ARRAY):
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: the merge would order arrays as "
@@ -621,7 +612,7 @@ def check_uuid_order(what: str, element: Any, dialect: str) -> None:
     would agree, but the dialect cannot tell the servers apart before the statement runs.)"""
     if dialect not in ("mysql", "mariadb"):
         return
-    found = _type_for(getattr(element, "type", None), dialect)
+    found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Uuid) and found.native_uuid:
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: MariaDB orders its UUID type by "

@@ -123,6 +123,7 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
+from snowshard.sharding.instants import check_instant_compared, instant_extreme
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -446,7 +447,7 @@ class MergePlan:
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
         if self.grouped:  # numeric SUMs and keys as the drivers return them (raw_helper)
-            helpers = [raw_helper(h, k) for h, k in zip(helpers, self.atoms.kinds)]
+            helpers = [raw_helper(_sent(h, dialect), k) for h, k in zip(helpers, self.atoms.kinds)]
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
@@ -896,6 +897,13 @@ def _ordered_strings(
                 yield from part.clauses  # (under a FILTER, the walk reaches the function)
 
 
+def _sent(helper: Any, dialect: str) -> Any:
+    """What sources send for a grouped merge's helper: itself, or for MIN/MAX of a MariaDB
+    TIMESTAMP, the local time of its least or greatest instant (:mod:`~.instants`)."""
+    found = instant_extreme(helper, dialect)
+    return helper if found is None else found[0]
+
+
 def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
     """Refuse string comparisons computed in Python (HAVING, CASE, comparisons over
     aggregates) where the database compares the strings otherwise (:mod:`~.collation`)."""
@@ -912,10 +920,12 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                     continue
                 for side in (part.left, part.right):
                     check_strings(side, dialect, need, "comparison")
+                    check_instant_compared("comparison", side, dialect)
                     if need == ORDERING:
                         check_read_order("comparison", side, dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
+                check_instant_compared("CASE", part.value, dialect)
 
 
 def _unique_rows(columns: Sequence[Any]) -> bool:
