@@ -92,6 +92,7 @@ from snowshard.sharding.dialect_types import type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
+from snowshard.sharding.opaque import check_opaque
 
 __all__ = [
     "EQUALITY",
@@ -383,6 +384,7 @@ def _check(
     element: Any, found: tuple[bool | None, str | None, Any], dialect: str, need: str, what: str
 ) -> None:
     """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``."""
+    check_opaque(element, dialect, need, what)
     is_string, collation, type_ = found
     if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, ARRAY)):
         kind = "a JSON value" if isinstance(type_, JSON) else "an array"
@@ -575,9 +577,11 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     database: Python enum members (SQLAlchemy's ``Enum(SomeEnum)``), which Python does not
     order at all, one table ordering the stored strings (natively, the declared order,
     refused by :func:`check_strings`); arrays (:func:`check_array_order`); MariaDB's
-    UUIDs (:func:`check_uuid_order`) and TIMESTAMPs (:func:`.instants.check_instant_compared`)."""
+    UUIDs (:func:`check_uuid_order`) and TIMESTAMPs (:func:`.instants.check_instant_compared`);
+    PostgreSQL money, inet and time with time zone (:func:`.opaque.check_opaque`)."""
     check_array_order(what, element, dialect)
     check_instant_compared(what, element, dialect)
+    check_opaque(element, dialect, ORDERING, what)
     found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(

@@ -49,6 +49,7 @@ from snowshard.sharding.analysis import (
 from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
+from snowshard.sharding.opaque import check_summed
 from snowshard.sharding.temporal import (
     check_arithmetic,
     check_average,
@@ -192,6 +193,8 @@ class Atoms:
         found = self._find(element, name)
         if found is not None:
             return found
+        if name in ("sum", "avg"):
+            check_summed(element, function.clauses, self.dialect)
         index = self._add(element, name)
         if name == "avg":
             check_average(element, function.clauses, self.dialect, _refuse)
