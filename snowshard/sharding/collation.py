@@ -384,7 +384,7 @@ def _check(
     element: Any, found: tuple[bool | None, str | None, Any], dialect: str, need: str, what: str
 ) -> None:
     """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``."""
-    check_opaque(element, dialect, need, what)
+    check_opaque(what, element, dialect, ordered=need == ORDERING)
     is_string, collation, type_ = found
     if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, ARRAY)):
         kind = "a JSON value" if isinstance(type_, JSON) else "an array"
@@ -581,7 +581,7 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     PostgreSQL money, inet and time with time zone (:func:`.opaque.check_opaque`)."""
     check_array_order(what, element, dialect)
     check_instant_compared(what, element, dialect)
-    check_opaque(element, dialect, ORDERING, what)
+    check_opaque(what, element, dialect, ordered=True)
     found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(

@@ -33,10 +33,6 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["check_opaque", "check_summed"]
 
-ORDERED = "ordering"
-MATCHED = "equality"
-
-
 def _kind(element: Any, dialect: str) -> str | None:
     """Which of the module's types ``element`` has on ``dialect``, for a message."""
     if dialect != "postgresql":
@@ -63,12 +59,12 @@ _INSTEAD = {
 }
 
 
-def check_opaque(element: Any, dialect: str, need: str, what: str) -> None:
-    """Refuse a merge ordering (``need`` ``"ordering"``) or matching (``"equality"``)
-    ``element`` in Python where it has one of the module's types: money, inet and cidr
-    are refused for ordering only, time with time zone for both."""
+def check_opaque(what: str, element: Any, dialect: str, *, ordered: bool) -> None:
+    """Refuse a merge ordering (``ordered``) or matching ``element`` in Python where it has
+    one of the module's types: money, inet and cidr are refused for ordering only, time
+    with time zone for both."""
     kind = _kind(element, dialect)
-    if kind is None or (need == MATCHED and kind != "timetz"):
+    if kind is None or (not ordered and kind != "timetz"):
         return
     raise UnsupportedShardQuery(
         f"{what} {describe(element)} across shards: {_WHY[kind]}; {_INSTEAD[kind]}, or route "
