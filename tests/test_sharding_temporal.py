@@ -60,7 +60,14 @@ class _Day(TypeDecorator[dt.date]):
 )
 def test_is_temporal(type_: Any, expected: bool) -> None:
     """Dates, times, timestamps, intervals and decorators over them are temporal."""
-    assert is_temporal(type_) is expected
+    assert is_temporal(type_, "postgresql") is expected
+
+
+def test_a_variant_is_temporal_where_it_is_a_date() -> None:
+    """A type with a string variant for one dialect is temporal on the others only."""
+    stored_as_text = DateTime().with_variant(String(30), "sqlite")
+    assert is_temporal(stored_as_text, "postgresql")
+    assert not is_temporal(stored_as_text, "sqlite")
 
 
 def test_min_max_and_comparisons_match_the_twin(world: TwinWorld) -> None:

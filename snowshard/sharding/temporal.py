@@ -31,7 +31,9 @@ from typing import Any
 
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.types import Date, DateTime, Interval, Time, TypeDecorator
+from sqlalchemy.types import Date, DateTime, Interval, Time
+
+from snowshard.sharding.dialect_types import type_for
 
 __all__ = [
     "check_arithmetic",
@@ -46,15 +48,9 @@ Refuse = Callable[[Any, str], Exception]
 _TEMPORAL = (Date, DateTime, Time, Interval)
 
 
-def _impl(type_: Any) -> Any:
-    while isinstance(type_, TypeDecorator):
-        type_ = type_.impl_instance
-    return type_
-
-
-def is_temporal(type_: Any) -> bool:
-    """Whether ``type_`` is a date, time, date-and-time or interval type."""
-    return isinstance(_impl(type_), _TEMPORAL)
+def is_temporal(type_: Any, dialect: str) -> bool:
+    """Whether ``type_`` is, on ``dialect``, a date, time, date-and-time or interval type."""
+    return isinstance(type_for(type_, dialect), _TEMPORAL)
 
 
 def _type(element: Any) -> Any:
@@ -66,7 +62,7 @@ def _elapsed(element: Any, dialect: str) -> bool:
     elapsed time, as Python's ``datetime - datetime``."""
     if dialect != "postgresql" or element.operator is not operators.sub:
         return False
-    left, right = _impl(_type(element.left)), _impl(_type(element.right))
+    left, right = type_for(_type(element.left), dialect), type_for(_type(element.right), dialect)
     return (
         isinstance(left, DateTime)
         and isinstance(right, DateTime)
@@ -80,7 +76,7 @@ def check_arithmetic(element: Any, dialect: str, refuse: Refuse) -> None:
     operands = [getattr(element, "left", None), getattr(element, "right", None)]
     operands.append(getattr(element, "element", None))
     types = [_type(element), *(_type(o) for o in operands if o is not None)]
-    if not any(is_temporal(t) for t in types if t is not None):
+    if not any(is_temporal(t, dialect) for t in types if t is not None):
         return
     if getattr(element, "left", None) is not None and _elapsed(element, dialect):
         return
@@ -99,7 +95,7 @@ def check_average(element: Any, arguments: Iterable[Any], dialect: str, refuse: 
     numbers they make of dates, which the merge reproduces)."""
     if dialect != "postgresql":
         return
-    if any(is_temporal(_type(argument)) for argument in arguments if _type(argument) is not None):
+    if any(is_temporal(_type(a), dialect) for a in arguments if _type(a) is not None):
         raise refuse(
             element,
             "AVG of an interval or date/time is PostgreSQL's own interval division; select "
@@ -119,7 +115,7 @@ def check_comparison(
     would compare a ``datetime`` with a ``str``, which Python refuses and each database
     does its own way (SQLite compares text)."""
     sides = list(sides)
-    if not any(is_temporal(_type(side)) for side in sides if _type(side) is not None):
+    if not any(is_temporal(_type(side), dialect) for side in sides if _type(side) is not None):
         return
     for side in sides:
         if isinstance(side, BindParameter):
@@ -137,7 +133,8 @@ def check_choice(element: Any, branches: Iterable[Any], dialect: str, refuse: Re
     labels or parentheses), if it gives dates or times the merge cannot give as the
     database does (module docstring)."""
     branches = list(branches)
-    if not any(is_temporal(t) for t in (_type(element), *map(_type, branches)) if t is not None):
+    types = (_type(element), *map(_type, branches))
+    if not any(is_temporal(t, dialect) for t in types if t is not None):
         return
     if dialect == "postgresql":
         return
