@@ -40,8 +40,9 @@ _LOCAL_TIME_DIALECTS = frozenset({"mysql", "mariadb"})
 
 def is_instant(element: Any, dialect: str) -> bool:
     """Whether ``element`` is a TIMESTAMP that ``dialect`` reads as a local time."""
-    type_ = type_for(getattr(element, "type", None), dialect)
-    return dialect in _LOCAL_TIME_DIALECTS and isinstance(type_, TIMESTAMP)
+    if dialect not in _LOCAL_TIME_DIALECTS:
+        return False
+    return isinstance(type_for(getattr(element, "type", None), dialect), TIMESTAMP)
 
 
 def instant_key(element: Any, dialect: str) -> Any:

@@ -920,9 +920,10 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                     continue
                 for side in (part.left, part.right):
                     check_strings(side, dialect, need, "comparison")
-                    check_instant_compared("comparison", side, dialect)
-                    if need == ORDERING:
+                    if need == ORDERING:  # every value Python orders otherwise, instants too
                         check_read_order("comparison", side, dialect)
+                    else:
+                        check_instant_compared("comparison", side, dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
                 check_instant_compared("CASE", part.value, dialect)
