@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import TIMESTAMP, String, func, select
-from sqlalchemy.orm import mapped_column
+from sqlalchemy.orm import Bundle, mapped_column
 
 from snowshard.sharding import ShardedSession, create_all
-from snowshard.sharding.instants import instant_key
+from snowshard.sharding.instants import instant_key, is_instant
 from tests.backends import DatabaseFactory
 from tests.twin_world import IDS, TwinWorld, _models
 
@@ -181,6 +181,80 @@ def test_timestamps_compared_after_the_merge_are_refused(world: TwinWorld) -> No
         return select(m.tag, func.count()).group_by(m.tag).having(latest)
 
     world.refused(build, r"comparison max\(stamped.at\) .* UNIX_TIMESTAMP")
+
+
+CHOSEN: dict[str, Any] = {
+    "greatest": lambda m: func.greatest(m.at, m.at),
+    "ifnull": lambda m: func.ifnull(m.at, m.at),
+    "nullif": lambda m: func.nullif(m.at, datetime(2024, 10, 27, 2, 20)),
+    "type_coerce": lambda m: sa.type_coerce(m.at, sa.DateTime),
+}
+"""TIMESTAMPs in disguise: untyped functions choosing among TIMESTAMPs, a type_coerce()."""
+
+
+@pytest.mark.parametrize("form", list(CHOSEN))
+def test_disguised_timestamps_are_matched_by_instant(world: TwinWorld, form: str) -> None:
+    """DISTINCT, GROUP BY and count(DISTINCT) of a TIMESTAMP that SQLAlchemy does not type
+    as one match instants, as the twin (the merge joined the two instants of a local time)."""
+    value = CHOSEN[form]
+    world.exact(lambda m: select(value(m)).distinct())
+    world.exact(lambda m: select(value(m), func.count()).group_by(value(m)))
+    world.exact(lambda m: select(func.count(value(m).distinct())))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda m: select(m.at).group_by(m.at, m.tag).distinct(),
+        lambda m: select(Bundle("b", m.at, m.user_id)).distinct(),
+    ],
+    ids=["grouped", "bundle"],
+)
+def test_timestamps_matched_as_read_are_refused(world: TwinWorld, build: Any) -> None:
+    """DISTINCT after GROUP BY, and of a Bundle, would match TIMESTAMPs as read: refused."""
+    world.refused(build, r"DISTINCT stamped.at across shards: mysql compares a TIMESTAMP")
+
+
+EXPRESSIONS: dict[str, Any] = {
+    "column": lambda t: t.at,
+    "type_coerce": lambda t: sa.type_coerce(t.at, sa.DateTime),
+    "cast": lambda t: sa.cast(t.at, sa.DateTime),
+    "greatest": lambda t: func.greatest(t.at, t.at),
+    "greatest_mixed": lambda t: func.greatest(t.at, sa.cast(t.at, sa.DateTime)),
+    "least": lambda t: func.least(t.at, t.at),
+    "ifnull_null": lambda t: func.ifnull(t.at, None),
+    "ifnull_mixed": lambda t: func.ifnull(t.at, sa.cast(t.at, sa.DateTime)),
+    "coalesce": lambda t: func.coalesce(t.at, t.at),
+    "coalesce_mixed": lambda t: func.coalesce(t.at, sa.cast(t.at, sa.DateTime)),
+    "nullif": lambda t: func.nullif(t.at, sa.cast(t.at, sa.DateTime)),
+    "nullif_local": lambda t: func.nullif(sa.cast(t.at, sa.DateTime), t.at),
+    "case": lambda t: sa.case((t.tag == "x", t.at)),
+    "case_mixed": lambda t: sa.case((t.tag == "x", t.at), else_=sa.cast(t.at, sa.DateTime)),
+    "max": lambda t: func.max(t.at),
+    "max_mixed": lambda t: func.max(func.coalesce(t.at, sa.cast(t.at, sa.DateTime))),
+    "subquery": lambda t: select(func.max(t.at)).scalar_subquery(),
+}
+"""Expressions whose MariaDB type :func:`is_instant` claims to know."""
+
+
+def test_is_instant_agrees_with_mariadb(world: TwinWorld) -> None:
+    """Each expression is an instant exactly when MariaDB types its value TIMESTAMP (a
+    table created from it says so)."""
+    table = world.Twin.__table__
+    claimed, typed = {}, {}
+    with world.session() as session:
+        connection = session.connection(bind_arguments={"mapper": world.Twin})
+        for name, build in EXPRESSIONS.items():
+            expression = build(table.c)
+            claimed[name] = is_instant(expression, connection.dialect.name)
+            query = select(expression.label("v")).select_from(table)
+            sql = query.compile(connection, compile_kwargs={"literal_binds": True})
+            connection.exec_driver_sql("DROP TEMPORARY TABLE IF EXISTS instant_probe")
+            connection.exec_driver_sql(f"CREATE TEMPORARY TABLE instant_probe AS {sql}")
+            (_, type_, *_) = connection.exec_driver_sql("DESCRIBE instant_probe").one()
+            typed[name] = type_.startswith("timestamp")
+    assert claimed == typed
+    assert sum(typed.values()) == 10
 
 
 

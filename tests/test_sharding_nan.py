@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Double, Integer, Numeric, String, case, cast, func, select
+from sqlalchemy import Double, Integer, Numeric, String, case, cast, func, select, type_coerce
 from sqlalchemy.orm import mapped_column
 
 from snowshard.sharding.driver_errors import ShardOperationError
@@ -118,6 +118,31 @@ def test_order_by_nan_matches_the_twin(world: TwinWorld) -> None:
         .order_by(func.max(m.f).desc(), m.tag),
     ):
         world.exact(build, ordered=True)
+
+
+DISGUISED: dict[str, Any] = {
+    "greatest": lambda m: func.greatest(m.n, m.n),
+    "type_coerce": lambda m: type_coerce(m.n, Integer),
+    "nullif": lambda m: func.nullif(m.f, 1.0),
+    "abs": lambda m: func.abs(m.f),
+}
+"""Numbers SQLAlchemy does not type as numbers: untyped functions, a type_coerce()."""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("form", list(DISGUISED))
+@pytest.mark.parametrize("descending", [False, True], ids=["asc", "desc"])
+def test_order_by_disguised_nan_matches_the_twin(
+    world: TwinWorld, form: str, descending: bool
+) -> None:
+    """ORDER BY a number holding NaNs behind another type: the twin's order (the merge
+    raised Decimal's InvalidOperation, or put NaNs among the numbers)."""
+
+    def build(m: Any) -> Any:
+        key = DISGUISED[form](m)
+        return select(m.id).order_by(key.desc() if descending else key, m.id).limit(30)
+
+    world.exact(build, ordered=True)
 
 
 @pytest.mark.postgres

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Numeric, String, cast, distinct, func, select
+from sqlalchemy import Numeric, String, Time, cast, distinct, func, select, type_coerce
 from sqlalchemy.dialects.postgresql import INET, MONEY, TIME
 from sqlalchemy.orm import mapped_column
 
@@ -94,3 +94,31 @@ def test_zoned_times_compared_are_refused(world: TwinWorld, build: Any) -> None:
     """time with time zone grouped, made distinct, counted distinct or ordered is refused
     (the merge took 12:00+01 and 11:00+00 for one value, the twin keeps three)."""
     world.refused(build, "12:00\\+01 from 11:00\\+00")
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda m: select(m.id).order_by(type_coerce(m.ip, String), m.id), "IPv4 against IPv6"),
+        (lambda m: select(m.id).order_by(func.greatest(m.ip, m.ip), m.id), "IPv4 against IPv6"),
+        (lambda m: select(m.tag, func.max(type_coerce(m.ip, String))).group_by(m.tag), "IPv4"),
+        (lambda m: select(m.id).order_by(type_coerce(m.price, String), m.id), "money as locale"),
+        (
+            lambda m: select(m.tag, func.max(func.greatest(m.price, m.price))).group_by(m.tag),
+            "money as locale",
+        ),
+        (
+            lambda m: select(type_coerce(m.opens, Time), func.count()).group_by(
+                type_coerce(m.opens, Time)
+            ),
+            "12:00",
+        ),
+        (lambda m: select(func.greatest(m.opens, m.opens)).distinct(), "12:00"),
+    ],
+    ids=["inet-coerced", "inet-greatest", "inet-max-coerced", "money-coerced",
+         "money-max-greatest", "timetz-coerced", "timetz-greatest"],  # fmt: skip
+)
+def test_disguised_values_are_refused(world: TwinWorld, build: Any, match: str) -> None:
+    """These types behind type_coerce() or an untyped GREATEST() are refused too (the merge
+    raised a KeyError or TypeError, or ordered money's text and merged zoned times)."""
+    world.refused(build, match)

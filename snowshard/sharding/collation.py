@@ -81,6 +81,7 @@ from sqlalchemy.sql.elements import (
     ColumnClause,
     FunctionFilter,
     Over,
+    TypeCoerce,
     WithinGroup,
 )
 from sqlalchemy.sql.selectable import ScalarSelect, SelectBase
@@ -88,7 +89,7 @@ from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
 from snowshard.sharding.analysis import aggregate_function, describe, walk
-from snowshard.sharding.dialect_types import type_for
+from snowshard.sharding.dialect_types import sql_types, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
@@ -169,6 +170,8 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     an untyped function taken for a string because of its string argument).
     """
     plain = bare(element)
+    if isinstance(plain, TypeCoerce):  # compared as the expression it renders
+        return collation_of(plain.clause, dialect)
     if isinstance(plain, BinaryExpression) and plain.operator is operators.collate:
         return True, _explicit(plain), type_for(plain.left.type, dialect)
     type_ = type_for(getattr(plain, "type", None), dialect)
@@ -383,8 +386,11 @@ def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
 def _check(
     element: Any, found: tuple[bool | None, str | None, Any], dialect: str, need: str, what: str
 ) -> None:
-    """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``."""
+    """:func:`check_strings` of ``element``, whose :func:`collation_of` is ``found``; also
+    refuses the values a merge compares as read but the database otherwise (:mod:`.opaque`,
+    MariaDB TIMESTAMPs: :func:`.instants.check_instant_compared`)."""
     check_opaque(what, element, dialect, ordered=need == ORDERING)
+    check_instant_compared(what, element, dialect)
     is_string, collation, type_ = found
     if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, ARRAY)):
         kind = "a JSON value" if isinstance(type_, JSON) else "an array"
@@ -598,8 +604,7 @@ def check_array_order(what: str, element: Any, dialect: str) -> None:
     them element by element with NULL elements last and NaN elements equal, then by their
     dimensions and bounds; the merge would compare Python lists, which cannot compare None
     with a number, order NaN, nor see the bounds."""
-    found = type_for(getattr(element, "type", None), dialect)
-    if isinstance(found, ARRAY):
+    if any(isinstance(t, ARRAY) for t in sql_types(element, dialect)):
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: the merge would order arrays as "
             f"Python lists, not as {dialect} does (NULL and NaN elements, dimensions, "
@@ -616,8 +621,7 @@ def check_uuid_order(what: str, element: Any, dialect: str) -> None:
     would agree, but the dialect cannot tell the servers apart before the statement runs.)"""
     if dialect not in ("mysql", "mariadb"):
         return
-    found = type_for(getattr(element, "type", None), dialect)
-    if isinstance(found, Uuid) and found.native_uuid:
+    if any(isinstance(t, Uuid) and t.native_uuid for t in sql_types(element, dialect)):
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: MariaDB orders its UUID type by "
             "segments swapped, which the merge does not reproduce; order by "

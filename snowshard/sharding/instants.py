@@ -18,7 +18,11 @@ after the merge (HAVING, CASE) is refused (:func:`check_instant_compared`); arit
 it is (:mod:`~snowshard.sharding.temporal`).
 
 SQLAlchemy's ``DateTime`` is a ``DATETIME`` there, a local time stored as written, which
-Python compares as MariaDB does.
+Python compares as MariaDB does. What makes an expression a TIMESTAMP is MariaDB's type for
+it, not SQLAlchemy's (:func:`is_instant`): ``type_coerce()`` changes no SQL, and
+``GREATEST``, ``LEAST``, ``IFNULL``, ``COALESCE``, ``CASE``, ``MIN`` and ``MAX`` give a
+TIMESTAMP only when every value they choose from is one (a DATETIME among them makes theirs
+a DATETIME), ``NULLIF`` its first argument's type.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from sqlalchemy import TIMESTAMP, Numeric, func
 from sqlalchemy.sql.functions import FunctionElement
 
 from snowshard.sharding.analysis import describe
-from snowshard.sharding.dialect_types import type_for
+from snowshard.sharding.dialect_types import chosen_values, sql_expression, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["check_instant_compared", "instant_extreme", "instant_key", "is_instant"]
@@ -39,10 +43,20 @@ _LOCAL_TIME_DIALECTS = frozenset({"mysql", "mariadb"})
 
 
 def is_instant(element: Any, dialect: str) -> bool:
-    """Whether ``element`` is a TIMESTAMP that ``dialect`` reads as a local time."""
+    """Whether ``element`` is a TIMESTAMP that ``dialect`` reads as a local time: as the
+    database types it, which SQLAlchemy's type of a ``type_coerce()``, an untyped
+    ``GREATEST()`` or a ``COALESCE()`` of a TIMESTAMP and a DATETIME does not say."""
     if dialect not in _LOCAL_TIME_DIALECTS:
         return False
-    return isinstance(type_for(getattr(element, "type", None), dialect), TIMESTAMP)
+    return _instant(element, dialect)
+
+
+def _instant(element: Any, dialect: str) -> bool:
+    plain = sql_expression(element)
+    chosen = chosen_values(plain)
+    if chosen is not None:  # a TIMESTAMP when every value it chooses from is one
+        return bool(chosen) and all(_instant(value, dialect) for value in chosen)
+    return isinstance(type_for(getattr(plain, "type", None), dialect), TIMESTAMP)
 
 
 def instant_key(element: Any, dialect: str) -> Any:

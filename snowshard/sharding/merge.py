@@ -123,7 +123,7 @@ from snowshard.sharding.evaluate import (
     compile_expression,
     without_distinct_extremes,
 )
-from snowshard.sharding.instants import check_instant_compared, instant_extreme
+from snowshard.sharding.instants import instant_extreme
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -136,7 +136,7 @@ from snowshard.sharding.merged_types import (
 )
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.modifiers import check_modifiers
-from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, restore
+from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, may_hold_nan, restore
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
@@ -421,7 +421,7 @@ class MergePlan:
                 check_uuid_order("ORDER BY", expr, dialect)
                 check_array_order("ORDER BY", expr, dialect)
                 self.order.append((len(helpers), descending, nulls_first))
-                if self.nan_aware and is_numeric(expr):
+                if may_hold_nan(expr, dialect):
                     self.nan_order.add(len(helpers))
                 value, ranked = sort_value(expr, dialect)
                 if ranked is not None:
@@ -919,14 +919,11 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                 else:
                     continue
                 for side in (part.left, part.right):
-                    check_strings(side, dialect, need, "comparison")
-                    if need == ORDERING:  # every value Python orders otherwise, instants too
+                    check_strings(side, dialect, need, "comparison")  # instants too
+                    if need == ORDERING:  # every value Python orders otherwise
                         check_read_order("comparison", side, dialect)
-                    else:
-                        check_instant_compared("comparison", side, dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
-                check_instant_compared("CASE", part.value, dialect)
 
 
 def _unique_rows(columns: Sequence[Any]) -> bool:

@@ -22,6 +22,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy.types import Float, Numeric, NullType
+
+from snowshard.sharding.dialect_types import sql_types
 from snowshard.sharding.errors import ShardingError
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "PostgresNaN",
     "canonical",
     "canonical_key",
+    "may_hold_nan",
     "restore",
 ]
 
@@ -38,6 +42,18 @@ __all__ = [
 class MergedNaNCast(ShardingError, ValueError):
     """A merged expression casts PostgreSQL's NaN to an integer, which PostgreSQL refuses
     for one table too."""
+
+
+def may_hold_nan(element: Any, dialect: str) -> bool:
+    """Whether a merge ordering by ``element`` may meet NaNs: on PostgreSQL, where the
+    database may give it a numeric type (:func:`~.dialect_types.sql_types`: behind
+    ``type_coerce()``, an untyped ``GREATEST()``) or its type is unknown (an untyped
+    ``abs()``)."""
+    if dialect != "postgresql":
+        return False
+    return any(
+        t is None or isinstance(t, (Float, Numeric, NullType)) for t in sql_types(element, dialect)
+    )
 
 
 def _is_nan(value: Any) -> bool:

@@ -28,22 +28,23 @@ from sqlalchemy.dialects.postgresql import CIDR, INET, MONEY
 from sqlalchemy.types import Time
 
 from snowshard.sharding.analysis import describe
-from snowshard.sharding.dialect_types import type_for
+from snowshard.sharding.dialect_types import sql_types
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["check_opaque", "check_summed"]
 
 def _kind(element: Any, dialect: str) -> str | None:
-    """Which of the module's types ``element`` has on ``dialect``, for a message."""
+    """Which of the module's types ``element`` may have on ``dialect`` (as the database
+    types it: :func:`~.dialect_types.sql_types`), for a message."""
     if dialect != "postgresql":
         return None
-    type_ = type_for(getattr(element, "type", None), dialect)
-    if isinstance(type_, MONEY):
-        return "money"
-    if isinstance(type_, (INET, CIDR)):
-        return "inet"
-    if isinstance(type_, Time) and type_.timezone:
-        return "timetz"
+    for type_ in sql_types(element, dialect):
+        if isinstance(type_, MONEY):
+            return "money"
+        if isinstance(type_, (INET, CIDR)):
+            return "inet"
+        if isinstance(type_, Time) and type_.timezone:
+            return "timetz"
     return None
 
 
