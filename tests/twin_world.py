@@ -5,7 +5,7 @@ rows)`` in a test module gives its tests a :class:`TwinWorld` per backend."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -27,13 +27,15 @@ IDS = Snowflake(Layout(worker_bits=6, gene_bits=4), worker=4)
 @dataclass
 class TwinWorld:
     """One backend's sharded ``Model`` (4 tables over 2 databases) and its ``Twin`` (one
-    plain table), with the same rows; ``sent``: SQL sent since the last ``clear()``."""
+    plain table), with the same rows; ``sent``: SQL sent since the last ``clear()``;
+    ``engines``: the twin's database's, then the sharded databases'."""
 
     backend: str
     Model: Any
     Twin: Any
     session: Callable[[], ShardedSession]
     sent: list[str]
+    engines: list[Any] = field(default_factory=list)
 
     def exact(self, build: Any, ordered: bool = False) -> list[tuple[Any, ...]]:
         """``build(Model)``'s rows as (type name, text) pairs, asserted equal to
@@ -105,7 +107,7 @@ def build_twin_world(
             sa.event.listen(engine, "before_cursor_execute", record)
         create_all(base.metadata, bind=engines[0], databases=databases)
         session = partial(ShardedSession, engines[0], databases=databases)
-        world = TwinWorld(backend, model, twin, session, sent)
+        world = TwinWorld(backend, model, twin, session, sent, engines)
         with world.session() as opened:
             for row in rows:
                 values = {"id": IDS.next_id(gene=row["user_id"]), **row}

@@ -7,9 +7,11 @@ the SQL SQLAlchemy renders for the session's dialect:
 * ``a / b`` (true division): PostgreSQL runs ``a / CAST(b AS NUMERIC)``, a NUMERIC
   division whose result scale is PostgreSQL's (at least 16 significant digits, never
   less than either operand's scale, rounded half away from zero); MariaDB/MySQL runs
-  ``a / b``, a DECIMAL with the scale of ``a`` plus ``div_precision_increment`` (4, the
-  server default), rounded half up, NULL when ``b`` is 0; SQLite runs ``a / (b + 0.0)``,
-  a floating-point division, NULL when ``b`` is 0;
+  ``a / b``, a DECIMAL with the scale of ``a`` plus the session's
+  ``div_precision_increment`` (4 by default; at most 38), NULL when ``b`` is 0: rounded
+  half away from zero, or truncated where the server computes no more digits than it
+  shows (:func:`mysql_quotient`); ``AVG`` divides its SUM by its COUNT the same way;
+  SQLite runs ``a / (b + 0.0)``, a floating-point division, NULL when ``b`` is 0;
 * ``a // b``: on PostgreSQL and SQLite, integers run ``a / b`` (integer division that
   truncates toward zero; PostgreSQL divides NUMERIC values as above); MariaDB/MySQL runs
   ``FLOOR(a / b)`` of the DECIMAL division;
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_FLOOR, ROUND_HALF_UP, Context, Decimal
 from typing import Any, Optional
 
 from sqlalchemy import types as sqltypes
@@ -48,12 +50,16 @@ from snowshard.sharding.errors import ShardingError
 
 __all__ = [
     "DIALECTS",
+    "DIV_PRECISION_INCREMENT",
+    "EXACT",
+    "Division",
     "MergedDivisionByZero",
     "cast_function",
     "coalesce_function",
     "division_function",
     "integer_average",
     "integer_sum",
+    "mysql_quotient",
     "numeric_average",
     "raw_average",
     "scale_of",
@@ -64,7 +70,13 @@ DIALECTS = frozenset({"postgresql", "mysql", "mariadb", "sqlite"})
 
 _PG_MIN_SIG_DIGITS = 16
 _PG_MAX_SCALE = 1000
-_MYSQL_DIV_INCREMENT = 4
+EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+"""Decimal arithmetic without rounding, as NUMERIC/DECIMAL add and multiply: Python's
+default context keeps 28 digits, and would round a merged SUM of large NUMERICs."""
+DIV_PRECISION_INCREMENT = 4
+"""MariaDB's and MySQL's default ``div_precision_increment``."""
+_MYSQL_MAX_SCALE = 38
+_DIGITS_PER_WORD = 9
 
 Refuse = Callable[[Any, str], Exception]
 
@@ -81,7 +93,12 @@ def _scale(value: Decimal) -> int:
 
 def _unscaled(value: Any, scale: int) -> int:
     """``value * 10**scale`` as an exact integer (``value`` has at most ``scale`` decimals)."""
-    return int(Decimal(value).scaleb(scale))
+    return int(EXACT.scaleb(Decimal(value), scale))
+
+
+def _shifted(integer: int, scale: int) -> Decimal:
+    """``integer * 10**-scale``, exactly, with ``scale`` decimals."""
+    return EXACT.scaleb(Decimal(integer), -scale)
 
 
 def _round_half_away(numerator: int, denominator: int) -> int:
@@ -97,7 +114,42 @@ def _decimal_quotient(a: Any, b: Any, scale: int) -> Decimal:
     digits = max(_scale(a), _scale(b))
     numerator = _unscaled(a, digits) * 10**scale
     denominator = _unscaled(b, digits)
-    return Decimal(_round_half_away(numerator, denominator)).scaleb(-scale)
+    return _shifted(_round_half_away(numerator, denominator), scale)
+
+
+def _words(digits: int) -> int:
+    """The decimal digits of the 9-digit words that hold ``digits`` digits."""
+    return -(-digits // _DIGITS_PER_WORD) * _DIGITS_PER_WORD
+
+
+def mysql_quotient(a: Any, b: Any, increment: int = DIV_PRECISION_INCREMENT) -> Decimal | None:
+    """``a / b`` of DECIMALs as MariaDB and MySQL compute it (NULL for ``b`` 0), under
+    ``div_precision_increment`` ``increment``.
+
+    The result shows the scale of ``a`` plus ``increment``, at most 38. The server divides
+    in words of 9 digits, computing as many fraction digits as the words of both
+    operands' fractions plus those of the increment they leave over; it rounds that
+    quotient, truncated, half away from zero to the scale shown. Where it computed no more
+    digits than it shows (integers under an increment of 0 or 9, a scale of 5 under the
+    default 4) the quotient is therefore truncated: ``5 / 2`` is 2 under 0, and
+    ``0.00002 / 3`` is 0.000006666 under 4."""
+    if b == 0:
+        return None
+    a, b = Decimal(a), Decimal(b)
+    scale_a, scale_b = _scale(a), _scale(b)
+    shown = min(scale_a + increment, _MYSQL_MAX_SCALE)
+    words_a, words_b = _words(scale_a), _words(scale_b)
+    left = max(0, increment - (words_a - scale_a) - (words_b - scale_b))
+    computed = _words(words_a + words_b + left)
+    if computed > shown:
+        return _decimal_quotient(a, b, shown)
+    digits = max(scale_a, scale_b)
+    numerator = _unscaled(a, digits) * 10**computed
+    denominator = _unscaled(b, digits)
+    quotient = abs(numerator) // abs(denominator)  # truncated toward zero
+    if (numerator < 0) != (denominator < 0):
+        quotient = -quotient
+    return _shifted(quotient * 10 ** (shown - computed), shown)
 
 
 def _pg_weight(value: Decimal) -> tuple[int, int]:
@@ -106,7 +158,7 @@ def _pg_weight(value: Decimal) -> tuple[int, int]:
         return 0, 0
     magnitude = abs(value)
     weight = magnitude.adjusted() // 4
-    return weight, int(magnitude.scaleb(-4 * weight))
+    return weight, int(EXACT.scaleb(magnitude, -4 * weight))
 
 
 def _by_zero(a: Any, b: Any, dialect: str) -> None:
@@ -152,28 +204,32 @@ def integer_sum(total: int, argument: Any, dialect: str) -> Any:
     return Decimal(total) if _decimal_sum(argument, dialect) else total
 
 
-def integer_average(total: int, count: int, dialect: str) -> Any:
+def integer_average(
+    total: int, count: int, dialect: str, increment: int = DIV_PRECISION_INCREMENT
+) -> Any:
     """``AVG`` of ``count`` integers summing to ``total``, as ``dialect`` computes it: a
-    NUMERIC division on PostgreSQL, a DECIMAL with ``div_precision_increment`` (4) decimals
-    rounded half up on MariaDB/MySQL, a float on SQLite."""
+    NUMERIC division on PostgreSQL, a DECIMAL division under ``div_precision_increment``
+    ``increment`` on MariaDB/MySQL (:func:`mysql_quotient`), a float on SQLite."""
     if dialect == "postgresql":
         return numeric_average(total, count)
     if dialect in ("mysql", "mariadb"):
-        return _decimal_quotient(total, count, _MYSQL_DIV_INCREMENT)
+        return mysql_quotient(total, count, increment)
     return total / count
 
 
-def raw_average(total: Any, count: int, dialect: str) -> Any:
+def raw_average(
+    total: Any, count: int, dialect: str, increment: int = DIV_PRECISION_INCREMENT
+) -> Any:
     """``AVG`` of ``count`` values whose ``SUM`` is ``total`` (as the driver returns a SUM:
     read with no SQLAlchemy type), as the driver returns that AVG: a float over floats and
     always on SQLite (whose AVG is REAL), else a NUMERIC division on PostgreSQL and a
-    DECIMAL with the sum's scale plus ``div_precision_increment`` (4) decimals, rounded
-    half away from zero, on MariaDB/MySQL."""
+    DECIMAL division under ``div_precision_increment`` ``increment`` on MariaDB/MySQL
+    (:func:`mysql_quotient`)."""
     if isinstance(total, float) or dialect not in ("postgresql", "mysql", "mariadb"):
         return float(total) / count
     if dialect == "postgresql":
         return numeric_average(total, count)
-    return _decimal_quotient(total, count, _scale(Decimal(total)) + _MYSQL_DIV_INCREMENT)
+    return mysql_quotient(total, count, increment)
 
 
 def scale_of(value: Decimal) -> int:
@@ -193,8 +249,9 @@ def _float_divide(a: Any, b: Any, dialect: str) -> Any:
     return float(a) / float(b)
 
 
-def _divide(a: Any, b: Any, dialect: str) -> Any:
-    """``a / b`` as the database evaluates it for these operand values."""
+def _divide(a: Any, b: Any, dialect: str, increment: int) -> Any:
+    """``a / b`` as the database evaluates it for these operand values (``increment``:
+    MariaDB's ``div_precision_increment``)."""
     if isinstance(a, float) or isinstance(b, float):
         return _float_divide(a, b, dialect)
     if dialect == "postgresql":
@@ -202,10 +259,7 @@ def _divide(a: Any, b: Any, dialect: str) -> Any:
             return _truncate(a, b, dialect)
         return _pg_numeric_divide(Decimal(a), Decimal(b))
     if dialect in ("mysql", "mariadb"):
-        if b == 0:
-            return None
-        scale = _scale(Decimal(a)) + _MYSQL_DIV_INCREMENT
-        return _decimal_quotient(a, b, scale)
+        return mysql_quotient(a, b, increment)
     return _truncate(a, b, dialect)  # sqlite: integers
 
 
@@ -224,9 +278,15 @@ def _is_float(type_: Any) -> bool:
     return isinstance(type_, sqltypes.Float)
 
 
-def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any, Any], Any]:
-    """The function of (left, right) values that ``element`` (``a / b`` or ``a // b``)
-    computes on ``dialect``; refuses what that dialect's SQL would compute otherwise."""
+Division = Callable[[Any, Any, int], Any]
+"""A merged division: of the left and right values and MariaDB's
+``div_precision_increment`` (which other dialects ignore)."""
+
+
+def division_function(element: Any, dialect: str, refuse: Refuse) -> Division:
+    """The function of (left, right, increment) values that ``element`` (``a / b`` or
+    ``a // b``) computes on ``dialect``; refuses what that dialect's SQL would compute
+    otherwise."""
     right_type = element.right.type
     if element.operator is operators.truediv:
         if dialect == "postgresql":
@@ -235,16 +295,16 @@ def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[A
             ):
                 raise refuse(element, "the divisor is cast to its NUMERIC(p, s) type")
             if _is_float(right_type):
-                return lambda a, b: _divide(a, float(b), dialect)
-            return lambda a, b: _divide(a, _as_pg_numeric(b), dialect)
+                return lambda a, b, i: _divide(a, float(b), dialect, i)
+            return lambda a, b, i: _divide(a, _as_pg_numeric(b), dialect, i)
         if dialect == "sqlite":
-            return lambda a, b: _divide(a, float(b), dialect)
-        return lambda a, b: _divide(a, b, dialect)
+            return lambda a, b, i: _divide(a, float(b), dialect, i)
+        return lambda a, b, i: _divide(a, b, dialect, i)
     # floor division
     if dialect in ("mysql", "mariadb"):
 
-        def floor(a: Any, b: Any) -> Any:
-            quotient = _divide(a, b, dialect)
+        def floor(a: Any, b: Any, increment: int) -> Any:
+            quotient = _divide(a, b, dialect, increment)
             if quotient is None:
                 return None
             if isinstance(quotient, float):
@@ -254,7 +314,7 @@ def division_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[A
         return floor
     if not (_is_integer(element.left.type) and _is_integer(right_type)):
         raise refuse(element, f"{dialect} computes FLOOR(a / b) for non-integer operands")
-    return lambda a, b: _divide(a, b, dialect)
+    return lambda a, b, i: _divide(a, b, dialect, i)
 
 
 def cast_function(element: Any, dialect: str, refuse: Refuse) -> Callable[[Any], Any]:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, Optional
 
+from sqlalchemy import literal_column
 from sqlalchemy.sql import operators, visitors
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -46,7 +47,14 @@ from snowshard.sharding.analysis import (
     function_kind,
     walk,
 )
-from snowshard.sharding.arith import DIALECTS, cast_function, coalesce_function, division_function
+from snowshard.sharding.arith import (
+    DIALECTS,
+    DIV_PRECISION_INCREMENT,
+    Division,
+    cast_function,
+    coalesce_function,
+    division_function,
+)
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
 from snowshard.sharding.opaque import check_summed
@@ -63,6 +71,7 @@ __all__ = [
     "Evaluator",
     "bare",
     "compile_expression",
+    "increment_in",
     "without_distinct_extremes",
 ]
 
@@ -155,8 +164,9 @@ class Atoms:
         """Per helper: None for a key, the aggregate's name, "avg_sum"/"avg_count",
         "weight" for a key's ``WEIGHT_STRING()``, "count_distinct", "sum_distinct" or
         "avg_distinct" for the value ``count``/``sum``/``avg(DISTINCT x)`` aggregates (the
-        sources group by it: :data:`BY_VALUE`), or "count_partitioned" for a count of
-        distinct values that each source computes over values no other source has."""
+        sources group by it: :data:`BY_VALUE`), "count_partitioned" for a count of
+        distinct values that each source computes over values no other source has, or
+        "setting" for a server setting the merge computes by (:meth:`division_increment`)."""
         self.keys: list[int] = []
         self.averages: list[tuple[int, int, int]] = []
         """(sum helper, count helper, avg helper) of each AVG."""
@@ -264,6 +274,15 @@ class Atoms:
         found = self._find(bare(element), "exists")
         return found if found is not None else self._add(element, "exists")
 
+    def division_increment(self) -> int | None:
+        """On MariaDB/MySQL, the helper of the session's ``div_precision_increment`` (kind
+        ``"setting"``), by which a merge divides (``a / b``, AVG) as the server would; None
+        on other dialects."""
+        if self.dialect not in ("mysql", "mariadb"):
+            return None
+        found = self._find(_DIV_PRECISION_INCREMENT, "setting")
+        return found if found is not None else self._add(_DIV_PRECISION_INCREMENT, "setting")
+
     def add_weight(self, element: Any) -> int:
         """The helper of ``element``, a GROUP BY key's ``WEIGHT_STRING()`` (kind
         ``"weight"``: read as the source sent it, like a key)."""
@@ -274,6 +293,10 @@ class Atoms:
         self.helpers.append(bare(element))
         self.kinds.append(kind)
         return len(self.helpers) - 1
+
+
+_DIV_PRECISION_INCREMENT = literal_column("@@div_precision_increment", Integer)
+"""The session's ``div_precision_increment`` on MariaDB/MySQL, as a column."""
 
 
 def _number(left: Any, right: Any) -> tuple[Any, Any]:
@@ -381,12 +404,15 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         wanted = operator is operators.is_
         return lambda values: (inner(values) is None) == wanted
     function = _ARITHMETIC.get(operator) or _COMPARISON.get(operator)
+    divide: Division | None = None
+    increment: int | None = None  # the helper of MariaDB's div_precision_increment
     if operator in (operators.truediv, operators.floordiv):
         if atoms.dialect not in DIALECTS:
             raise _refuse(element, f"division on {atoms.dialect or 'this database'} is not "
                           f"merged (only on {', '.join(sorted(DIALECTS))})")  # fmt: skip
-        function = division_function(element, atoms.dialect, _refuse)
-    if function is None:
+        divide = division_function(element, atoms.dialect, _refuse)
+        increment = atoms.division_increment()
+    elif function is None:
         raise _refuse(element, f"the operator {getattr(operator, '__name__', operator)} is not merged")
     absorbs = operator not in _COMPARISON  # arithmetic on PostgreSQL's NaN is NaN
     if absorbs:
@@ -404,9 +430,18 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
             return a
         if absorbs and isinstance(b, PostgresNaN):
             return b
-        return function(*_number(a, b))
+        if divide is not None:
+            return divide(*_number(a, b), increment_in(values, increment))
+        return function(*_number(a, b))  # type: ignore[misc]
 
     return apply
+
+
+def increment_in(values: Sequence[Any], index: int | None) -> int:
+    """The ``div_precision_increment`` in merged ``values`` (its helper at ``index``:
+    :meth:`Atoms.division_increment`), or the default where there is none."""
+    found = None if index is None else values[index]
+    return DIV_PRECISION_INCREMENT if found is None else int(found)
 
 
 def _cast(element: Cast[Any], atoms: Atoms) -> Evaluator:

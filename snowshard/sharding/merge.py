@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from decimal import localcontext
 from operator import itemgetter
 from typing import Any
 
@@ -97,7 +98,13 @@ from snowshard.sharding.analysis import (
     selected_entities,
     walk,
 )
-from snowshard.sharding.arith import integer_average, integer_sum, raw_average
+from snowshard.sharding.arith import (
+    DIV_PRECISION_INCREMENT,
+    EXACT,
+    integer_average,
+    integer_sum,
+    raw_average,
+)
 from snowshard.sharding.collation import (
     EQUALITY,
     ORDERING,
@@ -121,6 +128,7 @@ from snowshard.sharding.evaluate import (
     Atoms,
     Evaluator,
     compile_expression,
+    increment_in,
     without_distinct_extremes,
 )
 from snowshard.sharding.instants import instant_extreme
@@ -222,9 +230,12 @@ def _partitioned(models: Sequence[ShardedModel], value: Any) -> bool:
     )
 
 
-def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) -> Any:
+def _of_distinct(
+    kind: str, column: Sequence[Any], helper: Any, dialect: str, increment: int
+) -> Any:
     """``count``, ``sum`` or ``avg`` (``kind``: :data:`BY_VALUE`) of the distinct non-NULL
-    values of ``column`` (``helper``'s, the sources' finer groups), as ``dialect`` types it."""
+    values of ``column`` (``helper``'s, the sources' finer groups), as ``dialect`` types it
+    (``increment``: MariaDB's ``div_precision_increment``)."""
     present = {canonical(v) for v in column if v is not None}  # every NaN one value
     if kind == "count_distinct":
         return len(present)
@@ -232,7 +243,7 @@ def _of_distinct(kind: str, column: Sequence[Any], helper: Any, dialect: str) ->
         return None
     if kind == "sum_distinct":
         return integer_sum(sum(present), helper, dialect)
-    return integer_average(sum(present), len(present), dialect)
+    return integer_average(sum(present), len(present), dialect, increment)
 
 
 def _is_avg(element: Any) -> bool:
@@ -289,15 +300,16 @@ def _source_limit(limit: int, offset: int) -> Any:
     return literal_column(str(limit), Integer)
 
 
-def _average(total: Any, count: Any, dialect: str) -> Any:
+def _average(total: Any, count: Any, dialect: str, increment: int) -> Any:
     """AVG over every source's rows from the sum of their raw SUMs (``total``) and their
-    COUNTs: the value the database computes for one table (:func:`~.arith.raw_average`),
-    which expressions over the AVG start from."""
+    COUNTs: the value the database computes for one table (:func:`~.arith.raw_average`,
+    under MariaDB's ``div_precision_increment`` ``increment``), which expressions over the
+    AVG start from."""
     if not count or total is None:
         return None
     if isinstance(total, PostgresNaN):  # PostgreSQL's AVG over a NaN is NaN
         return total
-    return raw_average(total, count, dialect)
+    return raw_average(total, count, dialect, increment)
 
 
 def _combine(kind: str, values: Iterable[Any]) -> Any:
@@ -351,6 +363,9 @@ class MergePlan:
         """Whether values may be NaN, compared as PostgreSQL does (:mod:`~.nan`)."""
         self.nan_order: set[int] = set()
         """ORDER BY helpers (of a merge on rows) whose numbers may be NaN."""
+        self.increment: int | None = None
+        """The helper of MariaDB's ``div_precision_increment``, by which merged AVGs and
+        divisions divide (:meth:`~.evaluate.Atoms.division_increment`), if any."""
         nulls_large = dialect in _NULLS_LARGE
         columns = [without_distinct_extremes(c) for c in statement.selected_columns]
         order = [_direction(e, nulls_large) for e in order_by_of(statement)]
@@ -394,6 +409,11 @@ class MergePlan:
         """Selected column -> the helper of its WEIGHT_STRING(), which DISTINCT matches by."""
         if self.grouped:
             self._plan_groups(statement, columns, order, having)
+            if any(kind in ("avg", "avg_distinct") for kind in self.atoms.kinds):
+                self.atoms.division_increment()
+            self.increment = next(
+                (i for i, kind in enumerate(self.atoms.kinds) if kind == "setting"), None
+            )
             helpers = self.atoms.helpers
             source = without_having(statement).order_by(None).limit(None).offset(None)
             spread = self.atoms.spread_distinct()
@@ -643,6 +663,22 @@ class MergePlan:
         }
         return rank_columns(required(rank), columns)
 
+    def _increment(self, rows: Sequence[Sequence[Any]]) -> int:
+        """MariaDB's ``div_precision_increment`` in the sources' ``rows`` (the default
+        where the merge divides nothing or read no row); refused where the databases
+        read differ, since one table's quotients would depend on which server held it."""
+        if self.increment is None:
+            return DIV_PRECISION_INCREMENT
+        found = {row[self.width + self.increment] for row in rows}
+        if len(found) > 1:
+            raise UnsupportedShardQuery(
+                "AVG or a division across shards on servers whose div_precision_increment "
+                f"differs ({', '.join(str(v) for v in sorted(found))}): each server divides "
+                "to its own number of decimals, so no merged quotient is one table's; set "
+                "the same div_precision_increment on every server"
+            )
+        return increment_in(list(found), 0) if found else DIV_PRECISION_INCREMENT
+
     def _merge_groups(
         self,
         rows: Sequence[Sequence[Any]],
@@ -659,14 +695,21 @@ class MergePlan:
             # no GROUP BY: one row, as the sources (grouped by x) may return none
             groups[()] = []
         merged: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
+        increment = self._increment(rows)
         for members in groups.values():
             values: list[Any] = [None] * len(atoms.helpers)
+            if self.increment is not None:
+                values[self.increment] = increment
             for index, kind in enumerate(atoms.kinds):
                 column = [r[base + index] for r in members]
+                if kind == "setting":
+                    continue
                 if kind is None or kind == "weight":
                     values[index] = column[0]  # equal within the group (a key's first spelling)
                 elif kind in BY_VALUE:
-                    values[index] = _of_distinct(kind, column, atoms.helpers[index], self.dialect)
+                    values[index] = _of_distinct(
+                        kind, column, atoms.helpers[index], self.dialect, increment
+                    )
                 elif kind == "count_partitioned":
                     values[index] = _combine("count", column)
                 elif kind in ("avg", "avg_sum"):
@@ -687,7 +730,7 @@ class MergePlan:
                     values[index] = chosen[base + index]
                     values[weight] = chosen[base + weight]
             for total, count, average in atoms.averages:
-                values[average] = _average(values[total], values[count], self.dialect)
+                values[average] = _average(values[total], values[count], self.dialect, increment)
             if self.having is not None and self.having(values) is not True:
                 continue
             outputs = tuple(output(values) for output in self.outputs)
@@ -743,7 +786,8 @@ class MergePlan:
             every: list[Sequence[Any]] = [r for part in parts for r in part]
             if self.nan_aware:  # NaNs group, compare and add up as PostgreSQL's
                 every = [tuple(canonical(v) for v in r) for r in every]
-            rows = self._merge_groups(every, self._process(), rank)
+            with localcontext(EXACT):  # NUMERIC sums and products keep every digit
+                rows = self._merge_groups(every, self._process(), rank)
         elif self.order:
             # ranked helpers: a row's helper i is at i - helpers (helpers end the row)
             ranks = self._ranks(rank, [r for part in parts for r in part], -self.helpers)
