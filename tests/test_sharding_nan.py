@@ -4,8 +4,9 @@ itself, absorbing in arithmetic; as the unsharded twin returns it."""
 from __future__ import annotations
 
 import math
+import operator
 import random
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from snowshard.sharding.nan import (
     MergedNaNCast,
     canonical,
     canonical_key,
+    pg_computed,
     restore,
 )
 from tests.twin_world import TwinWorld, twin_world_fixture
@@ -179,3 +181,78 @@ def test_cast_of_nan_to_integer_is_a_named_error(world: TwinWorld) -> None:
             session.execute(select(cast(func.max(world.Model.f), Integer))).all()
         with pytest.raises(ShardOperationError, match="out of range"):
             session.execute(select(cast(func.max(world.Twin.f), Integer))).all()
+
+
+def test_infinite_arithmetic_gives_nan() -> None:
+    """Infinity - Infinity and Infinity * 0 are PostgreSQL's NaN, for Decimals (which
+    refuse them) and floats; other invalid Decimal operations still raise."""
+    infinity = Decimal("Infinity")
+    assert pg_computed(operator.sub, infinity, infinity) is NAN_DECIMAL
+    assert pg_computed(operator.mul, float("inf"), 0.0) is NAN_FLOAT
+    assert pg_computed(operator.add, infinity, Decimal(1)) == infinity
+    with pytest.raises(InvalidOperation):
+        pg_computed(Decimal, "not a number")
+
+
+def _infinite_columns() -> dict[str, Any]:
+    return {
+        "n": mapped_column(Numeric()),
+        "f": mapped_column(Double),
+        "tag": mapped_column(String(4)),
+    }
+
+
+def _infinite_rows() -> list[dict[str, Any]]:
+    rng = random.Random(3)
+    specials = [Decimal("Infinity"), Decimal("-Infinity"), Decimal("NaN"), None]
+    rows = []
+    for i in range(48):
+        n = specials[i % 4] if i % 5 == 0 else Decimal(rng.randrange(-500, 500)).scaleb(-2)
+        f = float(n) if n is not None and i % 3 else float(rng.randrange(9))
+        rows.append({"user_id": rng.randrange(1, 40), "n": n, "f": f, "tag": "wxyz"[i % 4]})
+    # group "v": Infinity in database a (table 0), -Infinity in database b (table 2)
+    return rows + [
+        {"user_id": 4, "n": Decimal("Infinity"), "f": math.inf, "tag": "v"},
+        {"user_id": 2, "n": Decimal("-Infinity"), "f": -math.inf, "tag": "v"},
+    ]
+
+
+infinities = twin_world_fixture(
+    "infs",
+    _infinite_columns,
+    _infinite_rows,
+    [pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+"""NUMERIC and double precision values holding Infinity, -Infinity and NaN (PostgreSQL 14
+and later) over two databases and their twin."""
+
+INFINITE = {
+    "sum": lambda m: select(m.tag, func.sum(m.n)).group_by(m.tag),
+    "avg": lambda m: select(m.tag, func.avg(m.n)).group_by(m.tag),
+    "division": lambda m: select(
+        m.tag, func.sum(m.n) / func.count(), func.max(m.n) / 3, 1 / func.max(m.n)
+    ).group_by(m.tag),
+    "difference": lambda m: select(
+        m.tag, func.max(m.n) - func.min(m.n), func.max(m.f) - func.min(m.f), func.max(m.n) * 0
+    ).group_by(m.tag),
+    "having": lambda m: select(m.tag).group_by(m.tag).having(func.max(m.n) - func.min(m.n) > 0),
+    "total": lambda m: select(func.sum(m.n), func.avg(m.n), func.max(m.f) - func.min(m.f)),
+    "order": lambda m: select(m.id, m.n, m.f).order_by(m.n.desc(), m.f, m.id).limit(30),
+}
+
+
+@pytest.mark.parametrize("shape", list(INFINITE))
+def test_infinities_match_the_twin(infinities: TwinWorld, shape: str) -> None:
+    """Sums, averages, divisions and differences of infinities: PostgreSQL's values, NaN
+    for Infinity - Infinity (the merge raised decimal's InvalidOperation, or OverflowError
+    dividing an infinity)."""
+    infinities.exact(INFINITE[shape], ordered=shape == "order")
+
+
+def test_cast_of_infinity_to_integer_is_a_named_error(infinities: TwinWorld) -> None:
+    """CAST(max(n) AS INTEGER) over an Infinity raises MergedNaNCast (an OverflowError
+    before); one table refuses it too."""
+    with infinities.session() as session:
+        statement = select(infinities.Model.tag, cast(func.max(infinities.Model.n), Integer))
+        with pytest.raises(MergedNaNCast, match="Infinity"):
+            session.execute(statement.group_by(infinities.Model.tag)).all()

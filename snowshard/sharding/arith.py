@@ -174,6 +174,12 @@ def _by_zero(a: Any, b: Any, dialect: str) -> None:
 def _pg_numeric_divide(a: Decimal, b: Decimal) -> Decimal:
     if b == 0:
         _by_zero(a, b, "postgresql")
+    if a.is_infinite() or b.is_infinite():  # PostgreSQL 14's numeric infinities
+        if a.is_infinite() and b.is_infinite():
+            return Decimal("NaN")
+        if b.is_infinite():
+            return Decimal(0)
+        return a if b > 0 else -a
     weight_a, first_a = _pg_weight(a)
     weight_b, first_b = _pg_weight(b)
     weight = weight_a - weight_b - (1 if first_a <= first_b else 0)

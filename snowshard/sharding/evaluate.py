@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from sqlalchemy import literal_column
 from sqlalchemy.sql import operators, visitors
@@ -56,7 +56,7 @@ from snowshard.sharding.arith import (
     division_function,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.nan import MergedNaNCast, PostgresNaN
+from snowshard.sharding.nan import MergedNaNCast, PostgresNaN, is_infinite, pg_computed
 from snowshard.sharding.opaque import check_summed
 from snowshard.sharding.temporal import (
     check_arithmetic,
@@ -421,6 +421,8 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         check_comparison(element, (bare(element.left), bare(element.right)), atoms.dialect, _refuse)
     left = compile_expression(element.left, atoms)
     right = compile_expression(element.right, atoms)
+    postgres = absorbs and atoms.dialect == "postgresql"  # NaN from infinities as NaN
+    compute = cast(Callable[[Any, Any], Any], function)  # None for a division only
 
     def apply(values: Sequence[Any]) -> Any:
         a, b = left(values), right(values)
@@ -430,9 +432,14 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
             return a
         if absorbs and isinstance(b, PostgresNaN):
             return b
+        x, y = _number(a, b)
         if divide is not None:
-            return divide(*_number(a, b), increment_in(values, increment))
-        return function(*_number(a, b))  # type: ignore[misc]
+            if postgres:
+                return pg_computed(divide, x, y, DIV_PRECISION_INCREMENT)
+            return divide(x, y, increment_in(values, increment))
+        if postgres:
+            return pg_computed(compute, x, y)
+        return compute(x, y)
 
     return apply
 
@@ -453,11 +460,12 @@ def _cast(element: Cast[Any], atoms: Atoms) -> Evaluator:
 
     def apply(values: Sequence[Any]) -> Any:
         value = inner(values)
-        if isinstance(value, PostgresNaN):
+        if isinstance(value, PostgresNaN) or is_infinite(value):
             if to_integer:
                 raise MergedNaNCast(
-                    f"{describe(element)}: cannot cast NaN to an integer (PostgreSQL refuses "
-                    "it for one table too); filter NaN out (WHERE x <> 'NaN') first"
+                    f"{describe(element)}: cannot cast {value} to an integer (PostgreSQL "
+                    "refuses it for one table too); filter NaN and infinities out (WHERE x "
+                    "NOT IN ('NaN', 'Infinity', '-Infinity')) first"
                 )
             return value
         return None if value is None else convert(value)

@@ -40,7 +40,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import localcontext
-from operator import itemgetter
+from functools import partial
+from operator import add, itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -144,7 +145,14 @@ from snowshard.sharding.merged_types import (
 )
 from snowshard.sharding.model import ShardedModel, model_of_table
 from snowshard.sharding.modifiers import check_modifiers
-from snowshard.sharding.nan import PostgresNaN, canonical, canonical_key, may_hold_nan, restore
+from snowshard.sharding.nan import (
+    PostgresNaN,
+    canonical,
+    canonical_key,
+    may_hold_nan,
+    pg_computed,
+    restore,
+)
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
@@ -312,7 +320,7 @@ def _average(total: Any, count: Any, dialect: str, increment: int) -> Any:
     return raw_average(total, count, dialect, increment)
 
 
-def _combine(kind: str, values: Iterable[Any]) -> Any:
+def _combine(kind: str, values: Iterable[Any], add: Callable[[Any, Any], Any] = add) -> Any:
     present = [v for v in values if v is not None]
     if kind == "count":
         return sum(present)
@@ -321,7 +329,7 @@ def _combine(kind: str, values: Iterable[Any]) -> Any:
     if kind == "sum":
         total = present[0]
         for value in present[1:]:
-            total = total + value
+            total = add(total, value)
         return total
     return min(present) if kind == "min" else max(present)  # "max", "exists"
 
@@ -363,6 +371,10 @@ class MergePlan:
         """Whether values may be NaN, compared as PostgreSQL does (:mod:`~.nan`)."""
         self.nan_order: set[int] = set()
         """ORDER BY helpers (of a merge on rows) whose numbers may be NaN."""
+        self._add: Callable[[Any, Any], Any] = (
+            partial(pg_computed, add) if self.nan_aware else add
+        )
+        """How the merge adds sources' sums: on PostgreSQL, ``Infinity + -Infinity`` is NaN."""
         self.increment: int | None = None
         """The helper of MariaDB's ``div_precision_increment``, by which merged AVGs and
         divisions divide (:meth:`~.evaluate.Atoms.division_increment`), if any."""
@@ -713,7 +725,7 @@ class MergePlan:
                 elif kind == "count_partitioned":
                     values[index] = _combine("count", column)
                 elif kind in ("avg", "avg_sum"):
-                    values[index] = _combine("sum", column)
+                    values[index] = _combine("sum", column, self._add)
                 elif index in self.extremes:  # MIN/MAX picked by weight, below
                     values[index] = None
                 elif index in ranks:  # MIN/MAX of strings the database ranked
@@ -721,7 +733,9 @@ class MergePlan:
                     pick = min if kind == "min" else max
                     values[index] = pick(present, key=ranks[index].__getitem__) if present else None
                 else:
-                    values[index] = _combine("count" if kind == "avg_count" else kind, column)
+                    values[index] = _combine(
+                        "count" if kind == "avg_count" else kind, column, self._add
+                    )
             for index, weight in self.extremes.items():
                 weighed = [r for r in members if r[base + weight] is not None]
                 if weighed:

@@ -19,7 +19,7 @@ only PostgreSQL's merges need this. ``CAST`` of a NaN to an integer raises
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlalchemy.types import Float, Numeric, NullType
@@ -35,13 +35,14 @@ __all__ = [
     "canonical",
     "canonical_key",
     "may_hold_nan",
+    "pg_computed",
     "restore",
 ]
 
 
 class MergedNaNCast(ShardingError, ValueError):
-    """A merged expression casts PostgreSQL's NaN to an integer, which PostgreSQL refuses
-    for one table too."""
+    """A merged expression casts PostgreSQL's NaN (or an infinity) to an integer, which
+    PostgreSQL refuses for one table too."""
 
 
 def may_hold_nan(element: Any, dialect: str) -> bool:
@@ -119,6 +120,26 @@ def canonical(value: Any) -> Any:
     if isinstance(value, Decimal) and value.is_nan():
         return NAN_DECIMAL
     return value
+
+
+def is_infinite(value: Any) -> bool:
+    """Whether ``value`` is a float or Decimal infinity (PostgreSQL's numeric and float
+    ``Infinity``)."""
+    if isinstance(value, float):
+        return value in (float("inf"), float("-inf"))
+    return isinstance(value, Decimal) and value.is_infinite()
+
+
+def pg_computed(function: Callable[..., Any], *operands: Any) -> Any:
+    """``function(*operands)`` as PostgreSQL computes it: NaN (a :class:`PostgresNaN`)
+    where it gives NaN, as for ``Infinity - Infinity`` or ``Infinity * 0``, which a float
+    gives as ``nan`` and a Decimal refuses."""
+    try:
+        return canonical(function(*operands))
+    except InvalidOperation:
+        if not any(is_infinite(operand) for operand in operands):
+            raise
+        return NAN_DECIMAL
 
 
 def canonical_key(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
