@@ -10,7 +10,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import Integer, Numeric, String, func, select
@@ -19,7 +18,7 @@ from sqlalchemy.orm import mapped_column
 from snowshard.sharding.arith import mysql_quotient
 from snowshard.sharding.errors import UnsupportedShardQuery
 from tests.backends import DatabaseFactory
-from tests.twin_world import TwinWorld, twin_world_fixture
+from tests.twin_world import TwinWorld, connected_with, twin_world_fixture
 
 
 @pytest.mark.parametrize(
@@ -96,29 +95,6 @@ world = twin_world_fixture(
 """Integers and DECIMAL(12, 5) values over two MariaDB databases and their twin."""
 
 
-def _set_increment(world: TwinWorld, increments: list[int]) -> Any:
-    """Give each engine's new connections a div_precision_increment (in order); returns
-    the listeners, for :func:`_unset`."""
-    listeners = []
-    for engine, increment in zip(world.engines, increments):
-
-        def connect(dbapi: Any, record: Any, value: int = increment) -> None:
-            cursor = dbapi.cursor()
-            cursor.execute(f"SET SESSION div_precision_increment = {value}")
-            cursor.close()
-
-        engine.dispose()
-        sa.event.listen(engine, "connect", connect)
-        listeners.append((engine, connect))
-    return listeners
-
-
-def _unset(listeners: Any) -> None:
-    for engine, connect in listeners:
-        sa.event.remove(engine, "connect", connect)
-        engine.dispose()
-
-
 SHAPES = {
     "avg": lambda m: select(m.tag, func.avg(m.q), func.avg(m.d)).group_by(m.tag),
     "division": lambda m: select(m.tag, func.sum(m.d) / func.count(), func.sum(m.q) / 7)
@@ -134,21 +110,20 @@ SHAPES = {
 def test_merged_quotients_match_the_twin(world: TwinWorld, shape: str, increment: int) -> None:
     """AVG, a / b and a // b over merged aggregates, under the servers' increment (the
     merge divided to 4 decimals always, and rounded where the server truncates)."""
-    listeners = _set_increment(world, [increment] * 3)
-    try:
+    with connected_with(world, [f"SET SESSION div_precision_increment = {increment}"] * 3):
         world.exact(SHAPES[shape])
-    finally:
-        _unset(listeners)
 
 
 def test_servers_dividing_differently_are_refused(world: TwinWorld) -> None:
-    """A merged AVG over databases whose servers divide to other increments: a named error."""
-    listeners = _set_increment(world, [4, 4, 6])
-    try:
-        with world.session() as session, pytest.raises(UnsupportedShardQuery, match="4, 6"):
-            session.execute(SHAPES["avg"](world.Model))
-    finally:
-        _unset(listeners)
+    """A merged AVG over databases whose sessions divide to other increments (one changed
+    with SET after the session began): a named error, from the rows' own settings."""
+    model = world.Model
+    with world.session() as session:
+        session.execute(select(func.count()).select_from(model)).one()  # both databases
+        connection = session.connection(bind_arguments={"bind": world.engines[2]})
+        connection.exec_driver_sql("SET SESSION div_precision_increment = 6")
+        with pytest.raises(UnsupportedShardQuery, match="div_precision_increment .*4, 6"):
+            session.execute(SHAPES["avg"](model))
 
 
 def _big_columns() -> dict[str, Any]:

@@ -4,7 +4,8 @@ rows)`` in a test module gives its tests a :class:`TwinWorld` per backend."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -54,6 +55,32 @@ class TwinWorld:
         with self.session() as session, pytest.raises(UnsupportedShardQuery, match=match):
             session.execute(build(self.Model))
         assert self.sent == []
+
+
+@contextmanager
+def connected_with(world: TwinWorld, statements: Sequence[str | None]) -> Iterator[None]:
+    """New connections of each of ``world.engines`` run the statement given for that
+    engine first (a session setting; None for none); the pools are emptied before and
+    after, so every connection of the block has it."""
+    listeners = []
+    for engine, statement in zip(world.engines, statements):
+        if statement is None:
+            continue
+
+        def connect(dbapi: Any, record: Any, sql: str = statement) -> None:
+            cursor = dbapi.cursor()
+            cursor.execute(sql)
+            cursor.close()
+
+        engine.dispose()
+        sa.event.listen(engine, "connect", connect)
+        listeners.append((engine, connect))
+    try:
+        yield
+    finally:
+        for engine, connect in listeners:
+            sa.event.remove(engine, "connect", connect)
+            engine.dispose()
 
 
 def _shown(rows: Any) -> list[tuple[Any, ...]]:

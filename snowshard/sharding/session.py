@@ -61,6 +61,7 @@ from snowshard.sharding.logical_guard import guard
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
 from snowshard.sharding.rewrite import Target, criteria_options
+from snowshard.sharding.server_settings import SettingsCheck
 from snowshard.sharding.replicas import (
     PREFER_KEY,
     ReplicaRouter,
@@ -165,6 +166,8 @@ class ShardedSession(RoutingSession):
         self._flush_connections: dict[type, Connection] | None = None
         copies = config.engines if config is not None else {}
         self._database_keys = driver_errors.database_keys(primaries, copies)
+        self.settings = SettingsCheck()
+        """The server settings of each database the session used, kept equal."""
         guard([b.engine for b in primaries.values()] + [e for c in copies.values() for e in c])
 
     def route_first(
@@ -428,7 +431,8 @@ def _database_of_clause(clause: ClauseElement) -> str | None:
 
 
 def _after_begin(session: ShardedSession, transaction: Any, connection: Connection) -> None:
-    """Every connection a sharded session begins: replicas, commits, then error names.
+    """Every connection a sharded session begins: replicas, commits, error names, then the
+    server settings (:mod:`~snowshard.sharding.server_settings`).
 
     One listener on the class (registered once, as SQLAlchemy recommends) rather than
     three per session: registering listeners on each new session cost more than a
@@ -437,6 +441,9 @@ def _after_begin(session: ShardedSession, transaction: Any, connection: Connecti
         session.replica_router.began(transaction, connection)
     session.commits.began(transaction, connection)
     driver_errors.mark_begun(session._database_keys, connection)
+    database = session._database_keys.get(id(connection.engine))
+    if database is not None:  # after the two-phase branch began: XA START comes first
+        session.settings.began(database, connection)
 
 
 def _after_transaction_end(session: ShardedSession, transaction: Any) -> None:
