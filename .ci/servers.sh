@@ -86,9 +86,13 @@ mariadb_server() {
     local port=$1 name=$2
     local options=("${@:3}")
     local datadir=/var/lib/$name socket=/run/mysqld/$name.sock pidfile=/run/mysqld/$name.pid
+    # its own tmpdir: a starting mariadbd deletes every #sql* file in its tmpdir, which in
+    # a shared /tmp are the live temporary tables of the servers already running
+    local tmpdir=/var/tmp/mariadb-$name
     mariadb_socket_up() { mariadb-admin --protocol=socket --socket="$socket" -uroot ping; }
     if ! mariadb_root_tcp "$port"; then
         install -d -o mysql -g mysql -m 0755 /run/mysqld /var/log/mysql
+        install -d -o mysql -g mysql -m 0750 "$tmpdir"
         if [ ! -d "$datadir/mysql" ]; then
             say "initializing $datadir"
             rm -rf "$datadir"
@@ -110,7 +114,7 @@ mariadb_server() {
             start-stop-daemon --start --quiet --oknodo --background --pidfile "$pidfile" \
                 --exec /usr/sbin/mariadbd -- --no-defaults --user=mysql \
                 --datadir="$datadir" --port="$port" --bind-address=127.0.0.1 \
-                --socket="$socket" --pid-file="$pidfile" \
+                --socket="$socket" --pid-file="$pidfile" --tmpdir="$tmpdir" \
                 --log-error="/var/log/mysql/$name.err" --skip-name-resolve \
                 --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
                 "${options[@]}"

@@ -302,6 +302,9 @@ class MariaDBServer:
         self.directory = directory
         self.datadir = directory / "data"
         self.socket = directory / "mariadbd.sock"
+        self.tmpdir = directory / "tmp"
+        """Its own temporary directory: at start a mariadbd deletes every ``#sql*`` file in
+        its tmpdir, which in a shared /tmp are other servers' live temporary tables."""
         self.port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
         self._log = directory / "mariadbd.log"
@@ -325,10 +328,12 @@ class MariaDBServer:
             return
         # --user=root: the data directory is under the test's tmp_path, which only root
         # may enter (pytest makes it 0700).
+        self.tmpdir.mkdir(exist_ok=True)
         args = [
             shutil.which("mariadbd") or "mariadbd", "--no-defaults", "--user=root",
             f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
             f"--socket={self.socket}", f"--pid-file={self.directory / 'mariadbd.pid'}",
+            f"--tmpdir={self.tmpdir}",
             "--skip-name-resolve", "--character-set-server=utf8mb4",
             "--collation-server=utf8mb4_general_ci", "--innodb-buffer-pool-size=16M",
             "--skip-log-bin",
