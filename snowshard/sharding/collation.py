@@ -93,6 +93,7 @@ from snowshard.sharding.dialect_types import sql_types, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
+from snowshard.sharding.intervals import interval_key, is_interval
 from snowshard.sharding.opaque import check_opaque
 
 __all__ = [
@@ -450,11 +451,15 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, its
     :class:`~snowshard._compat.PaddedWeight`: bytes that order as the collation orders the
     string, equal for strings it calls equal; otherwise refused as :func:`check_strings`
-    refuses. A MariaDB TIMESTAMP's weight is its instant (:func:`.instants.instant_key`)."""
+    refuses. A MariaDB TIMESTAMP's weight is its instant (:func:`.instants.instant_key`); a
+    PostgreSQL interval's, the seconds it compares by (:func:`.intervals.interval_key`)."""
     plain = bare(element)
     instant = instant_key(plain, dialect)
     if instant is not None:
         return instant
+    key = interval_key(plain, dialect)
+    if key is not None:
+        return key
     found = collation_of(plain, dialect)
     is_string, collation, type_ = found
     length = getattr(type_, "length", None)
@@ -481,6 +486,8 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     instant = instant_extreme(bare(aggregate), dialect)
     if instant is not None:
         return instant[1]
+    if is_interval(bare(aggregate), dialect):  # each source's own MIN/MAX, weighed
+        return interval_key(bare(aggregate), dialect)
     function = aggregate_function(aggregate)
     what = str(function.name).upper()
     for argument in function.clauses:

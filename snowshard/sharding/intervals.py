@@ -1,0 +1,59 @@
+"""PostgreSQL's intervals, which a merge orders and matches as PostgreSQL compares them.
+
+An interval holds months, days and microseconds apart. PostgreSQL compares two as if a
+month were 30 days (a year 360): ``'1 year'`` equals ``'360 days'`` and is less than
+``'362 days'``. psycopg reads one as a ``timedelta`` with a year of 365 days and a month
+of 30, so a merge comparing what it reads would order ``'1 year'`` after ``'362 days'``
+and keep ``'1 year'`` and ``'360 days'`` apart, where one table does neither. (Intervals
+written from Python ``timedelta`` values hold no months: only SQL makes them, such as
+``age()``, ``justify_days()`` or ``interval '1 month'``.)
+
+So each source sends :func:`interval_key` beside such a value, the number of seconds it
+stands for in PostgreSQL's comparison (``EXTRACT(EPOCH ...)`` counts a year as 365.25
+days: the key takes 5.25 days off per year), and the merge orders, groups and matches
+(DISTINCT, ``count(DISTINCT)``) by it, and picks MIN/MAX by the key of each source's own
+MIN/MAX, as it does with strings' weights (:mod:`~snowshard.sharding.collation`).
+
+Not covered: SUM of intervals holding months (psycopg reads each source's sum with its
+own split of months into years) and intervals compared after the merge (HAVING, CASE)
+are computed from the ``timedelta`` values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Numeric, extract, literal_column, type_coerce
+from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.types import Interval
+
+from snowshard._compat import variant_for
+from snowshard.sharding.dialect_types import chosen_values, sql_expression
+
+__all__ = ["interval_key", "is_interval"]
+
+_SECONDS_OFF_PER_YEAR = literal_column("453600", Numeric())
+"""5.25 days in seconds: what ``EXTRACT(EPOCH ...)`` counts in a year beyond 360 days."""
+
+
+def is_interval(element: Any, dialect: str) -> bool:
+    """Whether ``element`` is an interval on PostgreSQL (every value it chooses from, for
+    a CASE, COALESCE or MIN/MAX: :func:`~.dialect_types.chosen_values`)."""
+    if dialect != "postgresql":
+        return False
+    plain = sql_expression(element)
+    chosen = chosen_values(plain)
+    if chosen is not None:
+        return bool(chosen) and all(is_interval(value, dialect) for value in chosen)
+    # SQLAlchemy's Interval is a TypeDecorator (a DATETIME where no database type exists):
+    # the declared type says it, not the implementation
+    return isinstance(variant_for(getattr(plain, "type", None), dialect), (Interval, INTERVAL))
+
+
+def interval_key(element: Any, dialect: str) -> Any:
+    """The seconds PostgreSQL compares an interval ``element`` by (30-day months), as SQL;
+    None for anything else."""
+    if not is_interval(element, dialect):
+        return None
+    seconds = extract("epoch", element) - extract("year", element) * _SECONDS_OFF_PER_YEAR
+    return type_coerce(seconds, Numeric())

@@ -1,0 +1,107 @@
+"""PostgreSQL intervals holding months, ordered, grouped and picked by a merge as
+PostgreSQL compares them (a month of 30 days, a year of 360), as the unsharded twin."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Interval, String, func, select
+from sqlalchemy.orm import mapped_column
+
+from snowshard.sharding.intervals import interval_key
+from tests.twin_world import TwinWorld, twin_world_fixture
+
+pytestmark = pytest.mark.postgres
+
+_DAYS = [1, 359, 360, 362, 364]
+
+
+def _columns() -> dict[str, Any]:
+    return {"span": mapped_column(Interval), "tag": mapped_column(String(4))}
+
+
+def _rows() -> list[dict[str, Any]]:
+    rng = random.Random(1207)
+    return [
+        {"user_id": rng.randrange(1, 40), "tag": "xyz"[i % 3],
+         "span": timedelta(days=rng.choice(_DAYS))}
+        for i in range(60)
+    ]  # fmt: skip
+
+
+world = twin_world_fixture(
+    "justified", _columns, _rows, [pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+
+
+@pytest.fixture(scope="module")
+def spans(world: TwinWorld) -> Iterator[TwinWorld]:
+    """``world`` with 362 days written as '1 year 2 days' (psycopg reads 367 days), and
+    every other 360 days as '1 year' (equal to 360 days for PostgreSQL), in every table."""
+    for engine in world.engines:
+        with engine.begin() as connection:
+            for name in sa.inspect(connection).get_table_names():
+                if name.startswith("justified"):
+                    connection.exec_driver_sql(
+                        f"UPDATE {name} SET span = justify_days(span) WHERE span = "
+                        "interval '362 days' OR (span = interval '360 days' AND id %% 2 = 0)"
+                    )
+    yield world
+
+
+def test_months_are_read_as_psycopg_counts_them(spans: TwinWorld) -> None:
+    """The premise: the twin holds '1 year 2 days', read as 367 days, which PostgreSQL
+    orders before 364 days."""
+    with spans.session() as session:
+        twin = spans.Twin
+        read = set(session.scalars(select(twin.span).order_by(twin.span).distinct()))
+        assert timedelta(days=367) in read and timedelta(days=362) not in read
+        first = session.scalars(
+            select(twin.span).where(twin.span > timedelta(days=361)).order_by(twin.span)
+        ).first()
+    assert first == timedelta(days=367)
+
+
+def test_rows_ordered_by_an_interval_match_the_twin(spans: TwinWorld) -> None:
+    """ORDER BY an interval: the twin's order (the merge put 367 days after 364)."""
+    build = lambda m: select(m.id, m.span).order_by(m.span.desc(), m.id).limit(40)  # noqa: E731
+    assert len(spans.exact(build, ordered=True)) == 40
+
+
+def test_intervals_grouped_and_counted_match_the_twin(spans: TwinWorld) -> None:
+    """GROUP BY, DISTINCT and count(DISTINCT) of intervals: '1 year' and '360 days' are one
+    value, as for the twin (the merge kept them apart)."""
+
+    def counts(m: Any) -> Any:
+        return select(func.count()).select_from(m).group_by(m.span)
+
+    spans.exact(counts)
+    spans.exact(lambda m: select(func.count(m.span.distinct())))
+    with spans.session() as session:
+        found = session.scalars(select(spans.Model.span).distinct()).all()
+    assert len(found) == len(_DAYS)
+
+
+@pytest.mark.parametrize("name", ["min", "max"])
+def test_extremes_of_intervals_match_the_twin(spans: TwinWorld, name: str) -> None:
+    """MIN/MAX of an interval per group, and grouped ORDER BY it: the twin's (the merge
+    picked '1 year 2 days', read as 367, over 364 days)."""
+    aggregate = getattr(func, name)
+
+    def build(m: Any) -> Any:
+        return select(m.tag, aggregate(m.span)).group_by(m.tag).order_by(aggregate(m.span), m.tag)
+
+    spans.exact(build, ordered=True)
+
+
+def test_only_postgresql_intervals_have_a_key() -> None:
+    """The key is PostgreSQL's: other dialects' Interval is SQLAlchemy's emulation."""
+    span = sa.column("span", Interval())
+    assert interval_key(span, "postgresql") is not None
+    assert interval_key(span, "mysql") is None and interval_key(span, "sqlite") is None
+    assert interval_key(sa.column("n", sa.Integer()), "postgresql") is None
