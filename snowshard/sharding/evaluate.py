@@ -56,6 +56,7 @@ from snowshard.sharding.arith import (
     division_function,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
+from snowshard.sharding.intervals import interval_parts, is_interval
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN, is_infinite, pg_computed
 from snowshard.sharding.opaque import check_summed
 from snowshard.sharding.temporal import (
@@ -170,6 +171,9 @@ class Atoms:
         self.keys: list[int] = []
         self.averages: list[tuple[int, int, int]] = []
         """(sum helper, count helper, avg helper) of each AVG."""
+        self.interval_sums: list[tuple[int, int, int, int]] = []
+        """(months, days, seconds helpers, sum helper) of each SUM of a PostgreSQL
+        interval (:func:`~.intervals.interval_parts`)."""
 
     def _find(self, element: Any, kind: Optional[str]) -> Optional[int]:
         for index, helper in enumerate(self.helpers):
@@ -206,6 +210,9 @@ class Atoms:
         if name in ("sum", "avg"):
             check_summed(element, function.clauses, self.dialect)
         index = self._add(element, name)
+        if name == "sum" and all(is_interval(a, self.dialect) for a in function.clauses):
+            parts = [self._add(part, "sum") for part in interval_parts(element)]
+            self.interval_sums.append((parts[0], parts[1], parts[2], index))
         if name == "avg":
             check_average(element, function.clauses, self.dialect, _refuse)
             (argument,) = function.clauses

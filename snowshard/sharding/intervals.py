@@ -14,13 +14,18 @@ days: the key takes 5.25 days off per year), and the merge orders, groups and ma
 (DISTINCT, ``count(DISTINCT)``) by it, and picks MIN/MAX by the key of each source's own
 MIN/MAX, as it does with strings' weights (:mod:`~snowshard.sharding.collation`).
 
-Not covered: SUM of intervals holding months (psycopg reads each source's sum with its
-own split of months into years) and intervals compared after the merge (HAVING, CASE)
-are computed from the ``timedelta`` values.
+A SUM adds months, days and microseconds apart, and psycopg splits the months of the
+sum into years only when it reads it: two sources' sums of 8 and 9 months read as 240 and
+270 days, one table's 17 months as 515. So each source sends the three parts of its SUM
+(:func:`interval_parts`), the merge adds them, and reads the total as psycopg would
+(:func:`interval_from_parts`). Not covered: intervals compared after the merge (HAVING,
+CASE) are compared as the ``timedelta`` values read.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Numeric, extract, literal_column, type_coerce
@@ -30,7 +35,7 @@ from sqlalchemy.types import Interval
 from snowshard._compat import variant_for
 from snowshard.sharding.dialect_types import chosen_values, sql_expression
 
-__all__ = ["interval_key", "is_interval"]
+__all__ = ["interval_from_parts", "interval_key", "interval_parts", "is_interval"]
 
 _SECONDS_OFF_PER_YEAR = literal_column("453600", Numeric())
 """5.25 days in seconds: what ``EXTRACT(EPOCH ...)`` counts in a year beyond 360 days."""
@@ -57,3 +62,27 @@ def interval_key(element: Any, dialect: str) -> Any:
         return None
     seconds = extract("epoch", element) - extract("year", element) * _SECONDS_OFF_PER_YEAR
     return type_coerce(seconds, Numeric())
+
+
+def interval_parts(value: Any) -> tuple[Any, Any, Any]:
+    """SQL for the months, days and seconds an interval ``value`` (a SUM) holds apart:
+    ``EXTRACT(EPOCH ...)`` counts 365.25 days a year and 30 a month, taken off again."""
+    years, months, days = (extract(field, value) for field in ("year", "month", "day"))
+    seconds = (
+        extract("epoch", value) - years * literal_column("31557600", Numeric())
+        - months * literal_column("2592000", Numeric()) - days * 86400
+    )  # fmt: skip
+    parts = (years * 12 + months, days, seconds)
+    return tuple(type_coerce(part, Numeric()) for part in parts)  # type: ignore[return-value]
+
+
+def interval_from_parts(months: Any, days: Any, seconds: Any) -> timedelta | None:
+    """The ``timedelta`` psycopg reads an interval of these parts as (a year of 365 days,
+    a month of 30, with the sign of the months); None for a NULL."""
+    if months is None:
+        return None
+    total = int(months)
+    years = abs(total) // 12 * (1 if total >= 0 else -1)
+    rest = total - 12 * years
+    micros = int(Decimal(seconds).scaleb(6))
+    return timedelta(days=int(days) + 365 * years + 30 * rest, microseconds=micros)

@@ -133,6 +133,7 @@ from snowshard.sharding.evaluate import (
     without_distinct_extremes,
 )
 from snowshard.sharding.instants import instant_extreme
+from snowshard.sharding.intervals import interval_from_parts
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -745,6 +746,8 @@ class MergePlan:
                     values[weight] = chosen[base + weight]
             for total, count, average in atoms.averages:
                 values[average] = _average(values[total], values[count], self.dialect, increment)
+            for months, days, seconds, total in atoms.interval_sums:  # as one table's sum
+                values[total] = interval_from_parts(values[months], values[days], values[seconds])
             if self.having is not None and self.having(values) is not True:
                 continue
             outputs = tuple(output(values) for output in self.outputs)
