@@ -108,12 +108,15 @@ def _round_half_away(numerator: int, denominator: int) -> int:
     return quotient if (numerator < 0) == (denominator < 0) else -quotient
 
 
+def _integer_terms(a: Decimal, b: Decimal, scale: int) -> tuple[int, int]:
+    """Integers whose quotient is ``a / b * 10**scale``."""
+    digits = max(_scale(a), _scale(b))
+    return _unscaled(a, digits) * 10**scale, _unscaled(b, digits)
+
+
 def _decimal_quotient(a: Any, b: Any, scale: int) -> Decimal:
     """``a / b`` rounded half away from zero to ``scale`` decimals, computed exactly."""
-    a, b = Decimal(a), Decimal(b)
-    digits = max(_scale(a), _scale(b))
-    numerator = _unscaled(a, digits) * 10**scale
-    denominator = _unscaled(b, digits)
+    numerator, denominator = _integer_terms(Decimal(a), Decimal(b), scale)
     return _shifted(_round_half_away(numerator, denominator), scale)
 
 
@@ -143,9 +146,7 @@ def mysql_quotient(a: Any, b: Any, increment: int = DIV_PRECISION_INCREMENT) -> 
     computed = _words(words_a + words_b + left)
     if computed > shown:
         return _decimal_quotient(a, b, shown)
-    digits = max(scale_a, scale_b)
-    numerator = _unscaled(a, digits) * 10**computed
-    denominator = _unscaled(b, digits)
+    numerator, denominator = _integer_terms(a, b, computed)
     quotient = abs(numerator) // abs(denominator)  # truncated toward zero
     if (numerator < 0) != (denominator < 0):
         quotient = -quotient

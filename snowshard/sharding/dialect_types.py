@@ -13,6 +13,7 @@ expression choosing one of several values (``CASE``, ``GREATEST``, ``COALESCE``,
 from __future__ import annotations
 
 from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.dialects import registry
@@ -25,7 +26,14 @@ from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import LabelReference, variant_for
 
-__all__ = ["chosen_values", "dialect_named", "sql_expression", "sql_types", "type_for"]
+__all__ = [
+    "chosen_values",
+    "dialect_named",
+    "sql_expression",
+    "sql_types",
+    "type_for",
+    "typed_as",
+]
 
 CHOOSING = frozenset({"greatest", "least", "ifnull", "coalesce"})
 """Functions whose value is one of their arguments'."""
@@ -93,6 +101,17 @@ def _null(element: Any) -> bool:
         or isinstance(plain, Null)
         or (isinstance(plain, BindParameter) and plain.value is None and plain.callable is None)
     )
+
+
+def typed_as(element: Any, is_kind: Callable[[Any], bool]) -> bool:
+    """Whether the database gives ``element``'s value a type ``is_kind`` accepts (it reads a
+    declared SQLAlchemy type): for an expression choosing among values
+    (:func:`chosen_values`), when every value it chooses from has one."""
+    plain = sql_expression(element)
+    chosen = chosen_values(plain)
+    if chosen is not None:
+        return bool(chosen) and all(typed_as(value, is_kind) for value in chosen)
+    return is_kind(getattr(plain, "type", None))
 
 
 def sql_types(element: Any, dialect: str) -> list[Any]:

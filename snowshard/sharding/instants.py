@@ -33,7 +33,7 @@ from sqlalchemy import TIMESTAMP, Numeric, func
 from sqlalchemy.sql.functions import FunctionElement
 
 from snowshard.sharding.analysis import describe
-from snowshard.sharding.dialect_types import chosen_values, sql_expression, type_for
+from snowshard.sharding.dialect_types import type_for, typed_as
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["check_instant_compared", "instant_extreme", "instant_key", "is_instant"]
@@ -48,15 +48,7 @@ def is_instant(element: Any, dialect: str) -> bool:
     ``GREATEST()`` or a ``COALESCE()`` of a TIMESTAMP and a DATETIME does not say."""
     if dialect not in _LOCAL_TIME_DIALECTS:
         return False
-    return _instant(element, dialect)
-
-
-def _instant(element: Any, dialect: str) -> bool:
-    plain = sql_expression(element)
-    chosen = chosen_values(plain)
-    if chosen is not None:  # a TIMESTAMP when every value it chooses from is one
-        return bool(chosen) and all(_instant(value, dialect) for value in chosen)
-    return isinstance(type_for(getattr(plain, "type", None), dialect), TIMESTAMP)
+    return typed_as(element, lambda type_: isinstance(type_for(type_, dialect), TIMESTAMP))
 
 
 def instant_key(element: Any, dialect: str) -> Any:

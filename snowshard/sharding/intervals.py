@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.types import Interval
 
 from snowshard._compat import variant_for
-from snowshard.sharding.dialect_types import chosen_values, sql_expression
+from snowshard.sharding.dialect_types import typed_as
 
 __all__ = ["interval_from_parts", "interval_key", "interval_parts", "is_interval"]
 
@@ -46,13 +46,11 @@ def is_interval(element: Any, dialect: str) -> bool:
     a CASE, COALESCE or MIN/MAX: :func:`~.dialect_types.chosen_values`)."""
     if dialect != "postgresql":
         return False
-    plain = sql_expression(element)
-    chosen = chosen_values(plain)
-    if chosen is not None:
-        return bool(chosen) and all(is_interval(value, dialect) for value in chosen)
     # SQLAlchemy's Interval is a TypeDecorator (a DATETIME where no database type exists):
     # the declared type says it, not the implementation
-    return isinstance(variant_for(getattr(plain, "type", None), dialect), (Interval, INTERVAL))
+    return typed_as(
+        element, lambda type_: isinstance(variant_for(type_, dialect), (Interval, INTERVAL))
+    )
 
 
 def interval_key(element: Any, dialect: str) -> Any:
