@@ -114,3 +114,77 @@ def test_sums_of_intervals_match_the_twin(spans: TwinWorld) -> None:
     source's sum with its own years: 8 and 9 months as 510 days, 17 as 515)."""
     spans.exact(lambda m: select(m.tag, func.sum(m.span)).group_by(m.tag))
     spans.exact(lambda m: select(func.sum(m.span), func.sum(m.span).filter(m.tag == "x")))
+
+
+_COMPARED = {
+    "sum >": lambda m: func.sum(m.span) > timedelta(days=362),
+    "max >=": lambda m: func.max(m.span) >= timedelta(days=361),
+    "max ==": lambda m: func.max(m.span) == timedelta(days=360),
+    "min <": lambda m: func.min(m.span) < timedelta(days=362),
+    "coalesce >": lambda m: func.coalesce(func.max(m.span), timedelta(0)) > timedelta(days=361),
+    "sum - max >": lambda m: func.sum(m.span) - func.max(m.span) > timedelta(days=361),
+}
+
+
+@pytest.mark.parametrize("name", list(_COMPARED))
+def test_having_compares_intervals_as_postgresql(spans: TwinWorld, name: str) -> None:
+    """HAVING over merged intervals keeps the twin's groups ('1 year' read as 365 days is
+    360 for PostgreSQL; the merge compared what it read)."""
+    having = _COMPARED[name]
+    spans.exact(lambda m: select(m.user_id).group_by(m.user_id).having(having(m)))
+
+
+def test_having_on_an_interval_key_compares_as_postgresql(spans: TwinWorld) -> None:
+    """HAVING on a GROUP BY interval: the twin's groups (the merge kept '1 year')."""
+    spans.exact(
+        lambda m: select(func.count())
+        .select_from(m)
+        .group_by(m.span)
+        .having(m.span > timedelta(days=361))
+    )
+
+
+def test_case_compares_intervals_as_postgresql(spans: TwinWorld) -> None:
+    """CASE WHEN and CASE x WHEN over merged intervals: the twin's answers."""
+    spans.exact(
+        lambda m: select(
+            m.user_id,
+            sa.case((func.sum(m.span) > timedelta(days=362), "long"), else_="short"),
+            sa.case(
+                {timedelta(days=360): "year", timedelta(days=367): "more"},
+                value=func.max(m.span), else_="other",
+            ),
+        ).group_by(m.user_id)
+    )  # fmt: skip
+
+
+def test_groups_ordered_by_a_sum_of_intervals_match_the_twin(spans: TwinWorld) -> None:
+    """ORDER BY SUM of intervals: the twin's order (a sum of '1 year' came after 364 days)."""
+    spans.exact(
+        lambda m: select(m.user_id, func.sum(m.span))
+        .group_by(m.user_id)
+        .order_by(func.sum(m.span).desc(), m.user_id),
+        ordered=True,
+    )
+
+
+def test_grouped_distinct_matches_intervals_as_postgresql(spans: TwinWorld) -> None:
+    """DISTINCT of grouped interval sums keeps as many as the twin ('1 year' and '360 days'
+    are one value; which spelling stays is the database's choice)."""
+    with spans.session() as session:
+        found = [
+            session.scalars(select(func.sum(m.span)).group_by(m.user_id).distinct()).all()
+            for m in (spans.Model, spans.Twin)
+        ]
+    assert len(found[0]) == len(found[1])
+
+
+def test_an_interval_the_merge_cannot_compare_is_refused(spans: TwinWorld) -> None:
+    """A CASE choosing among intervals, compared after the merge, is refused by name."""
+    spans.refused(
+        lambda m: select(m.tag).group_by(m.tag).having(
+            sa.case((m.tag == "x", func.max(m.span)), else_=func.min(m.span))
+            > timedelta(days=1)
+        ),
+        "only as GROUP BY keys, MIN, MAX, SUM",
+    )

@@ -15,6 +15,7 @@ renders for it (:mod:`~snowshard.sharding.arith`); on other databases they are r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Optional, cast
 
@@ -56,7 +57,13 @@ from snowshard.sharding.arith import (
     division_function,
 )
 from snowshard.sharding.errors import UnsupportedShardQuery
-from snowshard.sharding.intervals import interval_parts, is_interval
+from snowshard.sharding.intervals import (
+    interval_key,
+    interval_parts,
+    is_interval,
+    parts_key,
+    timedelta_key,
+)
 from snowshard.sharding.nan import MergedNaNCast, PostgresNaN, is_infinite, pg_computed
 from snowshard.sharding.opaque import check_summed
 from snowshard.sharding.temporal import (
@@ -72,6 +79,8 @@ __all__ = [
     "Evaluator",
     "bare",
     "compile_expression",
+    "compile_interval_key",
+    "compares_intervals",
     "increment_in",
     "without_distinct_extremes",
 ]
@@ -426,8 +435,12 @@ def _binary(element: BinaryExpression[Any], atoms: Atoms) -> Evaluator:
         check_arithmetic(element, atoms.dialect, _refuse)
     else:
         check_comparison(element, (bare(element.left), bare(element.right)), atoms.dialect, _refuse)
-    left = compile_expression(element.left, atoms)
-    right = compile_expression(element.right, atoms)
+    if not absorbs and compares_intervals([element.left, element.right], atoms.dialect):
+        left = compile_interval_key(element.left, atoms)
+        right = compile_interval_key(element.right, atoms)
+    else:
+        left = compile_expression(element.left, atoms)
+        right = compile_expression(element.right, atoms)
     postgres = absorbs and atoms.dialect == "postgresql"  # NaN from infinities as NaN
     compute = cast(Callable[[Any, Any], Any], function)  # None for a division only
 
@@ -514,9 +527,18 @@ def _boolean(element: BooleanClauseList, atoms: Atoms) -> Evaluator:
 def _case(element: Case[Any], atoms: Atoms) -> Evaluator:
     results = [bare(result) for _, result in element.whens]
     check_choice(element, [*results, bare(element.else_)], atoms.dialect, _refuse)
-    subject = compile_expression(element.value, atoms) if element.value is not None else None
+    subject: Evaluator | None = None
+    side = compile_expression  # a CASE x WHEN y compares y with x as SQL does, below
+    if element.value is not None:
+        compared = [element.value, *(condition for condition, _ in element.whens)]
+        if compares_intervals(compared, atoms.dialect):
+            side = compile_interval_key
+        subject = side(element.value, atoms)
     whens = [
-        (compile_expression(condition, atoms), compile_expression(result, atoms))
+        (
+            side(condition, atoms) if subject is not None else compile_expression(condition, atoms),
+            compile_expression(result, atoms),
+        )
         for condition, result in element.whens
     ]
     otherwise = compile_expression(element.else_, atoms) if element.else_ is not None else None
@@ -532,3 +554,77 @@ def _case(element: Case[Any], atoms: Atoms) -> Evaluator:
         return otherwise(values) if otherwise is not None else None
 
     return case
+
+
+def compares_intervals(sides: Sequence[Any], dialect: str) -> bool:
+    """Whether a comparison of ``sides`` compares PostgreSQL intervals (which the merge
+    then compares by :func:`compile_interval_key`)."""
+    return any(is_interval(bare(side), dialect) for side in sides)
+
+
+def compile_interval_key(element: Any, atoms: Atoms) -> Evaluator:
+    """``element``, a PostgreSQL interval the merge compares (HAVING, CASE, ORDER BY), as
+    the seconds PostgreSQL compares it by, a month being 30 days
+    (:mod:`~snowshard.sharding.intervals`; the values read count a year as 365 days): a
+    GROUP BY key or MIN/MAX by the key its source sent beside it, a SUM from its parts, a
+    ``timedelta`` by its seconds, ``timestamp - timestamp`` (days and time only) by the
+    value read, and ``+``, ``-`` and COALESCE of those. Refuses other intervals."""
+    plain = bare(element)
+    dialect = atoms.dialect
+    if isinstance(plain, Null):
+        return lambda values: None
+    if isinstance(plain, BindParameter):
+        value = plain.effective_value
+        if value is None or isinstance(value, timedelta):
+            constant = None if value is None else timedelta_key(value)
+            return lambda values: constant
+        raise _refuse(element, f"it compares an interval with {type(value).__name__} "
+                      f"{value!r}; compare with a timedelta")  # fmt: skip
+    arithmetic = isinstance(plain, BinaryExpression) and plain.operator in _ADDITIVE
+    if arithmetic and plain.operator is operators.sub and not compares_intervals(
+        [plain.left, plain.right], dialect
+    ):  # timestamp - timestamp: days and time, no months
+        difference = compile_expression(plain, atoms)
+        return lambda values: None if (v := difference(values)) is None else timedelta_key(v)
+    if not is_interval(plain, dialect):
+        raise _refuse(element, f"{_INTERVALS_COMPARED}; this is not an interval")
+    if atoms.key(plain) is not None or _aggregate_named(plain, ("min", "max")):
+        if atoms.key(plain) is None:
+            atoms.aggregate(plain)  # the MIN/MAX, picked by the key below
+        index = atoms.add_weight(interval_key(plain, dialect))
+        return lambda values: values[index]
+    if _aggregate_named(plain, ("sum",)):
+        total = atoms.aggregate(plain)
+        for months, days, seconds, summed in atoms.interval_sums:
+            if summed == total:
+                return lambda values: parts_key(values[months], values[days], values[seconds])
+    if arithmetic:
+        left = compile_interval_key(plain.left, atoms)
+        right = compile_interval_key(plain.right, atoms)
+        sign = 1 if plain.operator is operators.add else -1
+
+        def combined(values: Sequence[Any]) -> Any:
+            a, b = left(values), right(values)
+            return None if a is None or b is None else a + sign * b
+
+        return combined
+    if isinstance(plain, FunctionElement) and str(plain.name).lower() == "coalesce":
+        parts = [compile_interval_key(argument, atoms) for argument in plain.clauses]
+        return lambda values: next((k for p in parts if (k := p(values)) is not None), None)
+    raise _refuse(element, _INTERVALS_COMPARED)
+
+
+_INTERVALS_COMPARED = (
+    "the merge compares PostgreSQL intervals (which may hold months, 30 days each in "
+    "PostgreSQL's comparison) only as GROUP BY keys, MIN, MAX, SUM, timedelta values, "
+    "timestamp - timestamp, and + - and COALESCE of those"
+)
+
+
+_ADDITIVE = (operators.add, operators.sub)
+
+
+def _aggregate_named(element: Any, names: tuple[str, ...]) -> bool:
+    """Whether ``element`` is an aggregate of one of ``names``, with a FILTER or without."""
+    function = aggregate_function(element)
+    return isinstance(function, FunctionElement) and str(function.name).lower() in names

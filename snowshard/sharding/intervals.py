@@ -18,8 +18,11 @@ A SUM adds months, days and microseconds apart, and psycopg splits the months of
 sum into years only when it reads it: two sources' sums of 8 and 9 months read as 240 and
 270 days, one table's 17 months as 515. So each source sends the three parts of its SUM
 (:func:`interval_parts`), the merge adds them, and reads the total as psycopg would
-(:func:`interval_from_parts`). Not covered: intervals compared after the merge (HAVING,
-CASE) are compared as the ``timedelta`` values read.
+(:func:`interval_from_parts`).
+
+Where the merge itself compares intervals (HAVING, CASE, ORDER BY a SUM), it compares
+these keys too: a source's key for a GROUP BY key or MIN/MAX, the key of a SUM's parts
+(:func:`parts_key`), and a ``timedelta``'s seconds (:func:`timedelta_key`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,14 @@ from sqlalchemy.types import Interval
 from snowshard._compat import variant_for
 from snowshard.sharding.dialect_types import typed_as
 
-__all__ = ["interval_from_parts", "interval_key", "interval_parts", "is_interval"]
+__all__ = [
+    "interval_from_parts",
+    "interval_key",
+    "interval_parts",
+    "is_interval",
+    "parts_key",
+    "timedelta_key",
+]
 
 _SECONDS_OFF_PER_YEAR = literal_column("453600", Numeric())
 """5.25 days in seconds: what ``EXTRACT(EPOCH ...)`` counts in a year beyond 360 days."""
@@ -84,3 +94,18 @@ def interval_from_parts(months: Any, days: Any, seconds: Any) -> timedelta | Non
     rest = total - 12 * years
     micros = int(Decimal(seconds).scaleb(6))
     return timedelta(days=int(days) + 365 * years + 30 * rest, microseconds=micros)
+
+
+def parts_key(months: Any, days: Any, seconds: Any) -> Decimal | None:
+    """The seconds PostgreSQL compares an interval of these parts by (a month of 30 days,
+    a day of 86,400 seconds); None for a NULL."""
+    if months is None:
+        return None
+    return int(months) * 2_592_000 + int(days) * 86_400 + Decimal(seconds)
+
+
+def timedelta_key(value: timedelta) -> Decimal:
+    """The seconds PostgreSQL compares a ``timedelta`` by, sent as an interval of days and
+    seconds (it holds no months)."""
+    whole = value.days * 86_400 + value.seconds
+    return whole + Decimal(value.microseconds).scaleb(-6)

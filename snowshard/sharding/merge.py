@@ -128,7 +128,9 @@ from snowshard.sharding.evaluate import (
     BY_VALUE,
     Atoms,
     Evaluator,
+    compares_intervals,
     compile_expression,
+    compile_interval_key,
     increment_in,
     without_distinct_extremes,
 )
@@ -417,6 +419,9 @@ class MergePlan:
         self.ranked: dict[int, ServerOrder] = {}
         """Helper -> the PostgreSQL collation its strings are ranked by before the merge
         orders (ORDER BY) or picks (MIN/MAX) them (:mod:`~snowshard.sharding.ranking`)."""
+        self.distinct_intervals: dict[int, Evaluator] = {}
+        """Selected column -> the key a grouped DISTINCT matches its PostgreSQL intervals by
+        (:func:`~.evaluate.compile_interval_key`, of the merged helpers)."""
         helpers: list[ColumnElement[Any]]
         distinct_weights: dict[int, int] = {}
         """Selected column -> the helper of its WEIGHT_STRING(), which DISTINCT matches by."""
@@ -589,6 +594,9 @@ class MergePlan:
             if extreme is not None:  # so does MIN/MAX of such a string
                 self.order.append((itemgetter(extreme), descending, nulls_first))
                 continue
+            if compares_intervals([expr], self.dialect):  # as PostgreSQL compares them
+                self.order.append((compile_interval_key(expr, atoms), descending, nulls_first))
+                continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             check_read_order("ORDER BY", expr, self.dialect)  # compared as read
             if index is not None:
@@ -603,7 +611,9 @@ class MergePlan:
                 for argument in function.clauses:
                     check_read_order(str(function.name).upper(), argument, self.dialect)
         if self.distinct:
-            for column in columns:
+            for index, column in enumerate(columns):
+                if compares_intervals([column], self.dialect):  # '1 year' = '360 days'
+                    self.distinct_intervals[index] = compile_interval_key(column, atoms)
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
 
     def _distinct_value(self, value: Any) -> Any:
@@ -818,7 +828,8 @@ class MergePlan:
         else:
             rows = (r for part in parts for r in part)
         if self.distinct:
-            rows = _unique(rows, self.unique, canonical if self.nan_aware else None)
+            identity = canonical if self.nan_aware else None
+            rows = _unique(rows, self.unique, identity, self.distinct_intervals, width)
         kept = list(rows)
         end = None if self.limit is None else self.offset + self.limit
         kept = kept[self.offset : end]
@@ -1008,14 +1019,20 @@ def _unique(
     rows: Iterable[Sequence[Any]],
     positions: Sequence[int],
     identity: Callable[[Any], Any] | None = None,
+    keyed: dict[int, Evaluator] | None = None,
+    width: int = 0,
 ) -> Iterable[Sequence[Any]]:
     """``rows`` without repeats of their values at ``positions`` (each value as
-    ``identity`` makes it, if given)."""
+    ``identity`` makes it, if given; at a position ``keyed`` holds, as its evaluator makes
+    it of the row's merged helpers, from ``width`` on)."""
     seen: set[tuple[Any, ...]] = set()
     for row in rows:
         key = tuple(row[p] for p in positions)
         if identity is not None:
             key = tuple(map(identity, key))
+        if keyed:
+            values = row[width:]
+            key = tuple(keyed[p](values) if p in keyed else k for p, k in zip(positions, key))
         if key not in seen:
             seen.add(key)
             yield row
