@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
+from sqlalchemy.dialects.postgresql.ranges import AbstractMultiRange
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
     BinaryExpression,
@@ -94,6 +95,7 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
 from snowshard.sharding.intervals import interval_key, is_interval
+from snowshard.sharding.ranges import is_range
 from snowshard.sharding.opaque import check_opaque
 
 __all__ = [
@@ -384,6 +386,11 @@ def check_strings(element: Any, dialect: str, need: str, what: str) -> None:
     _check(element, collation_of(element, dialect), dialect, need, what)
 
 
+_LISTS = (ARRAY, AbstractMultiRange)
+"""Types whose values are read as lists, which Python can neither hash nor match as the
+database does (a merge's GROUP BY, DISTINCT)."""
+
+
 def _check(
     element: Any, found: tuple[bool | None, str | None, Any], dialect: str, need: str, what: str
 ) -> None:
@@ -393,8 +400,8 @@ def _check(
     check_opaque(what, element, dialect, ordered=need == ORDERING)
     check_instant_compared(what, element, dialect)
     is_string, collation, type_ = found
-    if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, ARRAY)):
-        kind = "a JSON value" if isinstance(type_, JSON) else "an array"
+    if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, _LISTS)):
+        kind = "a JSON value" if isinstance(type_, JSON) else "an array or multirange"
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: the merge would compare {kind} in "
             f"Python, which neither orders nor matches it as {dialect} does; select or "
@@ -595,6 +602,12 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     check_array_order(what, element, dialect)
     check_instant_compared(what, element, dialect)
     check_opaque(what, element, dialect, ordered=True)
+    if is_range(element, dialect):
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: the merge would compare ranges in "
+            "Python after it, where they do not order as in PostgreSQL; compare lower() "
+            "and upper() of it, or route the query to one shard (a shard key in WHERE)"
+        )
     found = type_for(getattr(element, "type", None), dialect)
     if isinstance(found, Enum) and found.enum_class is not None:
         raise UnsupportedShardQuery(

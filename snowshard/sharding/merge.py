@@ -136,6 +136,7 @@ from snowshard.sharding.evaluate import (
 )
 from snowshard.sharding.instants import instant_extreme
 from snowshard.sharding.intervals import interval_from_parts
+from snowshard.sharding.ranges import is_range, range_keyed
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -374,6 +375,8 @@ class MergePlan:
         """Whether values may be NaN, compared as PostgreSQL does (:mod:`~.nan`)."""
         self.nan_order: set[int] = set()
         """ORDER BY helpers (of a merge on rows) whose numbers may be NaN."""
+        self.range_order: set[int] = set()
+        """ORDER BY helpers (of a merge on rows) that are PostgreSQL ranges (:mod:`~.ranges`)."""
         self._add: Callable[[Any, Any], Any] = (
             partial(pg_computed, add) if self.nan_aware else add
         )
@@ -461,6 +464,8 @@ class MergePlan:
                 self.order.append((len(helpers), descending, nulls_first))
                 if may_hold_nan(expr, dialect):
                     self.nan_order.add(len(helpers))
+                if is_range(expr, dialect):
+                    self.range_order.add(len(helpers))
                 value, ranked = sort_value(expr, dialect)
                 if ranked is not None:
                     self.ranked[len(helpers)] = ranked
@@ -491,6 +496,7 @@ class MergePlan:
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
             self.nan_order = {i - self.helpers for i in self.nan_order}
+            self.range_order = {i - self.helpers for i in self.range_order}
         self.unique = (
             [i - self.helpers for i in firsts]
             if distinct_on
@@ -596,6 +602,10 @@ class MergePlan:
                 continue
             if compares_intervals([expr], self.dialect):  # as PostgreSQL compares them
                 self.order.append((compile_interval_key(expr, atoms), descending, nulls_first))
+                continue
+            if is_range(expr, self.dialect):  # so are ranges
+                keyed = range_keyed(compile_expression(expr, atoms))
+                self.order.append((keyed, descending, nulls_first))
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             check_read_order("ORDER BY", expr, self.dialect)  # compared as read
@@ -786,8 +796,11 @@ class MergePlan:
     def order_reader(self, index: int, position: int) -> Callable[[Any], Any]:
         """How a merge on rows reads ORDER BY helper ``index`` (from the row's end), found at
         ``position`` of a row: as it is, or, for numbers that may be PostgreSQL's NaN
-        (:attr:`nan_order`), compared as PostgreSQL compares them."""
+        (:attr:`nan_order`) and for ranges (:attr:`range_order`), compared as PostgreSQL
+        compares them."""
         read = itemgetter(position)
+        if index in self.range_order:
+            return range_keyed(read)
         return canonical_key(read) if index in self.nan_order else read
 
     def _nan_key(self, read: Callable[[Any], Any]) -> Callable[[Any], Any]:
