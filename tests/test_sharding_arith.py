@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -112,6 +113,23 @@ def test_merged_quotients_match_the_twin(world: TwinWorld, shape: str, increment
     merge divided to 4 decimals always, and rounded where the server truncates)."""
     with connected_with(world, [f"SET SESSION div_precision_increment = {increment}"] * 3):
         world.exact(SHAPES[shape])
+
+
+def test_groups_ordered_by_avg_tie_as_the_server_shows_them(world: TwinWorld) -> None:
+    """ORDER BY AVG under div_precision_increment 0: groups whose AVGs show alike tie (the
+    tiebreaker orders them), as in one table, though their exact averages differ."""
+
+    def build(m: Any) -> Any:
+        average = func.avg(m.q)
+        return select(m.user_id, average).group_by(m.user_id).order_by(average.desc(), m.user_id)
+
+    with connected_with(world, ["SET SESSION div_precision_increment = 0"] * 3):
+        shown = world.exact(build, ordered=True)
+    exact: dict[int, list[int]] = {}
+    for row in _rows():
+        exact.setdefault(row["user_id"], []).append(row["q"])
+    by_exact = sorted(exact, key=lambda u: (-Fraction(sum(exact[u]), len(exact[u])), u))
+    assert [int(user) for (_, user), _ in shown] != by_exact  # the premise: ties matter
 
 
 def test_servers_dividing_differently_are_refused(world: TwinWorld) -> None:
