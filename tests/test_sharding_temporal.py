@@ -147,6 +147,37 @@ def test_date_compared_with_text_is_refused(world: TwinWorld) -> None:
     world.refused(build, "compares a date or time with str")
 
 
+_MIXED = {
+    "date > datetime": (
+        lambda m: func.max(m.day) > dt.datetime(2024, 12, 1, 12), "a date with a date and time"
+    ),
+    "timestamp > aware": (
+        lambda m: func.max(m.at) > dt.datetime(2024, 12, 1, tzinfo=dt.timezone.utc),
+        "a date and time with an aware date and time",
+    ),
+    "date >= timestamp": (lambda m: func.max(m.day) >= func.max(m.at), "a date with a date"),
+    "timestamp > date": (lambda m: func.min(m.at) < dt.date(2024, 6, 1), "a date with a date"),
+}
+
+
+@pytest.mark.parametrize("name", list(_MIXED))
+def test_dates_and_times_of_two_kinds_compared_are_refused(world: TwinWorld, name: str) -> None:
+    """HAVING comparing a date with a timestamp, or a naive with an aware timestamp, is
+    refused before any SQL (the database converts one side; the merge raised a bare
+    TypeError after running the statement)."""
+    having, message = _MIXED[name]
+    world.refused(lambda m: select(m.tag).group_by(m.tag).having(having(m)), message)
+
+
+def test_coalesce_of_a_date_and_a_timestamp_is_refused(world: TwinWorld) -> None:
+    """COALESCE(max(day), max(at)) is a timestamp in the database: refused (the merge
+    handed out a date where the twin gives a timestamp, on PostgreSQL and MariaDB)."""
+    world.refused(
+        lambda m: select(m.tag, func.coalesce(func.max(m.day), func.max(m.at))).group_by(m.tag),
+        "chooses among a date and a date and time",
+    )
+
+
 def _span_columns() -> dict[str, Any]:
     return {"span": mapped_column(Interval), "tag": mapped_column(String(8))}
 

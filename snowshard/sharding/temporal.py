@@ -17,9 +17,12 @@ A merge computes expressions over merged aggregates (``max(at) - min(at)``, ``CA
 So the merge refuses, before any SQL runs, arithmetic with a date/time operand or result
 (except ``DateTime - DateTime`` of one time zone kind on PostgreSQL), and ``CASE`` or
 ``COALESCE`` giving dates or times except on PostgreSQL and, without bound values among
-their branches, on MariaDB/MySQL. Comparisons of dates and times with each other stay
-merged: they order alike in Python and in each database; with text they are refused
-(:func:`check_comparison`); so is AVG of an interval on PostgreSQL (:func:`check_average`).
+their branches, on MariaDB/MySQL. Comparisons of dates and times of one kind stay merged:
+they order alike in Python and in each database. With text, or of two kinds (a date and
+a timestamp, a naive and an aware timestamp, which the database converts to one type and
+Python refuses to compare), comparisons are refused (:func:`check_comparison`), and so
+are CASE and COALESCE choosing among two kinds; so is AVG of an interval on PostgreSQL
+(:func:`check_average`).
 The ``check_*`` functions are what :mod:`~snowshard.sharding.evaluate` calls.
 """
 
@@ -31,8 +34,10 @@ from typing import Any
 
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.types import Date, DateTime, Interval, Time
 
+from snowshard._compat import variant_for
 from snowshard.sharding.dialect_types import type_for
 
 __all__ = [
@@ -126,6 +131,52 @@ def check_comparison(
                     f"it compares a date or time with {type(value).__name__} {value!r}; "
                     "compare with a date, datetime or time value",
                 )
+    _check_one_kind(element, sides, dialect, refuse, "compares")
+
+
+def _kind(element: Any, dialect: str) -> str | None:
+    """What Python holds for ``element`` (a bound value, or an expression of a date/time
+    type as ``dialect`` hands it out): "a date", "a date and time", "an aware date and
+    time" (with an offset), "a time of day", "an interval"; None for anything else."""
+    if isinstance(element, BindParameter):
+        value = element.effective_value
+        if isinstance(value, dt.datetime):
+            return "an aware date and time" if value.utcoffset() is not None else "a date and time"
+        for python, name in _VALUE_KINDS:
+            if isinstance(value, python):
+                return name
+        return None
+    if isinstance(variant_for(_type(element), dialect), (Interval, INTERVAL)):
+        return "an interval"  # (SQLAlchemy's Interval is a DateTime where none is native)
+    type_ = type_for(_type(element), dialect)
+    if isinstance(type_, DateTime):  # only PostgreSQL hands out aware ones
+        aware = bool(type_.timezone) and dialect == "postgresql"
+        return "an aware date and time" if aware else "a date and time"
+    for sql, name in _TYPE_KINDS:
+        if isinstance(type_, sql):
+            return name
+    return None
+
+
+_VALUE_KINDS = ((dt.date, "a date"), (dt.time, "a time of day"), (dt.timedelta, "an interval"))
+_TYPE_KINDS = ((Date, "a date"), (Time, "a time of day"))
+
+
+def _check_one_kind(
+    element: Any, sides: Iterable[Any], dialect: str, refuse: Refuse, verb: str
+) -> None:
+    """Refuse ``element`` if ``sides`` hold dates and times of different kinds (a date and
+    a timestamp, an aware and a naive timestamp): the database converts one to the other
+    (a date to its midnight, a timestamp to the session's time zone), where Python
+    refuses to compare them."""
+    kinds = sorted({kind for side in sides if (kind := _kind(side, dialect)) is not None})
+    if len(kinds) > 1:
+        raise refuse(
+            element,
+            f"it {verb} {(' with ' if verb == 'compares' else ' and ').join(kinds)}, which "
+            "the database converts to one type and "
+            "Python cannot compare; cast() one side to the other's type in the statement",
+        )
 
 
 def check_choice(element: Any, branches: Iterable[Any], dialect: str, refuse: Refuse) -> None:
@@ -136,6 +187,7 @@ def check_choice(element: Any, branches: Iterable[Any], dialect: str, refuse: Re
     types = (_type(element), *map(_type, branches))
     if not any(is_temporal(t, dialect) for t in types if t is not None):
         return
+    _check_one_kind(element, branches, dialect, refuse, "chooses among")
     if dialect == "postgresql":
         return
     bound = [b for b in branches if isinstance(b, BindParameter)]
