@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
+from sqlalchemy.dialects.mysql import SET
 from sqlalchemy.dialects.postgresql.ranges import AbstractMultiRange
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -350,6 +351,11 @@ def compares_like_python(collation: str | None, dialect: str, need: str) -> bool
 
 
 def _native_enum(type_: Any, dialect: str) -> bool:
+    """Whether the database orders ``type_``'s values by their declared members: a native
+    enum (by its declared order), or MariaDB/MySQL's SET (by its members' bits; SQLAlchemy
+    gives it the length of its longest member, too short for a weight of several)."""
+    if isinstance(type_, SET):
+        return dialect in _WEIGHTED
     return isinstance(type_, Enum) and type_.native_enum and dialect != "sqlite"
 
 
@@ -423,7 +429,8 @@ def _check(
     if need == ORDERING and _native_enum(type_, dialect):
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: {dialect} orders this enum by its "
-            "declared order, which a merge cannot reproduce; order by a column or expression "
+            "declared order (a SET by its members), which a merge cannot reproduce; order by "
+            "a column or expression "
             "whose order Python can reproduce, or route the query to one shard (a shard key "
             "in WHERE)"
         )
