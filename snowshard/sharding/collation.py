@@ -96,8 +96,8 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
 from snowshard.sharding.instants import check_instant_compared, instant_extreme, instant_key
 from snowshard.sharding.intervals import interval_key, is_interval
-from snowshard.sharding.ranges import is_range
 from snowshard.sharding.opaque import check_opaque
+from snowshard.sharding.ranges import is_range
 
 __all__ = [
     "EQUALITY",

@@ -136,7 +136,6 @@ from snowshard.sharding.evaluate import (
 )
 from snowshard.sharding.instants import instant_extreme
 from snowshard.sharding.intervals import interval_from_parts
-from snowshard.sharding.ranges import is_range, range_keyed
 from snowshard.sharding.merged_types import (
     converter,
     is_numeric,
@@ -157,6 +156,7 @@ from snowshard.sharding.nan import (
     pg_computed,
     restore,
 )
+from snowshard.sharding.ranges import is_range, range_keyed
 from snowshard.sharding.ranking import Ranker, rank_columns, required
 
 __all__ = ["MergePlan", "sort_key"]
