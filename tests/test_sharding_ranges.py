@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg.types.range import Range as DriverRange
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import INT4MULTIRANGE, INT4RANGE, NUMRANGE, Range
 from sqlalchemy.orm import mapped_column
@@ -74,6 +75,16 @@ def test_range_key_orders_as_postgresql() -> None:
     shuffled = list(_ORDER)
     random.Random(3).shuffle(shuffled)
     assert sorted(shuffled, key=lambda t: range_key(_parsed(t))) == _ORDER
+
+
+def test_psycopg_ranges_have_the_keys_of_sqlalchemy_ranges() -> None:
+    """The merge reads psycopg's Range (a source's raw value) as SQLAlchemy's."""
+    for text in _ORDER:
+        ours = _parsed(text)
+        theirs = DriverRange(empty=True) if ours.isempty else DriverRange(
+            ours.lower, ours.upper, bounds=ours.bounds
+        )
+        assert range_key(theirs) == range_key(ours)
 
 
 def test_multiranges_order_range_by_range_shorter_first() -> None:
