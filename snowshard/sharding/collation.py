@@ -98,6 +98,7 @@ from snowshard.sharding.instants import check_instant_compared, instant_extreme,
 from snowshard.sharding.intervals import interval_key, is_interval
 from snowshard.sharding.opaque import check_opaque
 from snowshard.sharding.ranges import is_range
+from snowshard.sharding.single_floats import check_float_compared, float_key, is_single_float
 
 __all__ = [
     "EQUALITY",
@@ -405,6 +406,7 @@ def _check(
     MariaDB TIMESTAMPs: :func:`.instants.check_instant_compared`)."""
     check_opaque(what, element, dialect, ordered=need == ORDERING)
     check_instant_compared(what, element, dialect)
+    check_float_compared(what, element, dialect)
     is_string, collation, type_ = found
     if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, _LISTS)):
         kind = "a JSON value" if isinstance(type_, JSON) else "an array or multirange"
@@ -472,6 +474,8 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     if instant is not None:
         return instant
     key = interval_key(plain, dialect)
+    if key is None:
+        key = float_key(plain, dialect)
     if key is not None:
         return key
     found = collation_of(plain, dialect)
@@ -502,6 +506,8 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
         return instant[1]
     if is_interval(bare(aggregate), dialect):  # each source's own MIN/MAX, weighed
         return interval_key(bare(aggregate), dialect)
+    if is_single_float(bare(aggregate), dialect):  # so is a FLOAT's, with every digit
+        return float_key(bare(aggregate), dialect)
     function = aggregate_function(aggregate)
     what = str(function.name).upper()
     for argument in function.clauses:
@@ -609,6 +615,7 @@ def check_read_order(what: str, element: Any, dialect: str) -> None:
     check_array_order(what, element, dialect)
     check_instant_compared(what, element, dialect)
     check_opaque(what, element, dialect, ordered=True)
+    check_float_compared(what, element, dialect)
     if is_range(element, dialect):
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: the merge would compare ranges in "

@@ -1,0 +1,77 @@
+"""MariaDB's single-precision FLOAT, which a merge compares by the exact value each holds.
+
+MariaDB (and MySQL) store a ``FLOAT`` (SQLAlchemy's ``Float`` there, ``FLOAT(p)`` with
+p <= 24, ``FLOAT(M, D)``) as a 32-bit float and compare, group and order by that value,
+but hand it out with six significant digits: 0.1 and 0.10000001 are two values read as
+one (``0.1``), and a FLOAT holding 0.1 is greater than the literal 0.1 (its 32-bit value
+is 0.10000000149...). A merge comparing what it reads would make them one GROUP BY key
+or DISTINCT value, order them by its tiebreaker, and compare them otherwise than MariaDB.
+
+So each source sends ``x + 0E0`` beside such a value (:func:`float_key`): the same value
+as a DOUBLE, which MariaDB hands out with every digit, and the merge groups, matches and
+orders by it, as it does with strings' weights (:mod:`~snowshard.sharding.collation`),
+and picks MIN/MAX by the key of each source's own. A value compared after the merge
+(HAVING, CASE, DISTINCT of grouped rows) is refused (:func:`check_float_compared`).
+
+What makes an expression such a FLOAT is MariaDB's type for it (:func:`is_single_float`):
+a column, a CAST, and MIN, MAX, CASE, COALESCE, GREATEST or LEAST of those only; SUM,
+AVG and arithmetic give a DOUBLE, read with every digit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import REAL, Double, Float, literal_column, type_coerce
+from sqlalchemy.sql.elements import Cast, ColumnClause
+
+from snowshard.sharding.analysis import describe
+from snowshard.sharding.dialect_types import chosen_values, sql_expression, type_for
+from snowshard.sharding.errors import UnsupportedShardQuery
+
+__all__ = ["check_float_compared", "float_key", "is_single_float"]
+
+_DIALECTS = frozenset({"mysql", "mariadb"})
+"""Dialects that hand out a FLOAT with six significant digits."""
+
+
+def _single(type_: Any) -> bool:
+    """Whether ``type_`` is a 32-bit FLOAT on MariaDB/MySQL (DOUBLE and REAL are 64-bit)."""
+    if not isinstance(type_, Float) or isinstance(type_, (Double, REAL)):
+        return False
+    precision = type_.precision
+    return precision is None or getattr(type_, "scale", None) is not None or precision <= 24
+
+
+def is_single_float(element: Any, dialect: str) -> bool:
+    """Whether MariaDB/MySQL give ``element`` the type FLOAT (module docstring)."""
+    if dialect not in _DIALECTS:
+        return False
+    plain = sql_expression(element)
+    chosen = chosen_values(plain)
+    if chosen is not None:
+        return bool(chosen) and all(is_single_float(value, dialect) for value in chosen)
+    if isinstance(plain, Cast) or (isinstance(plain, ColumnClause) and not plain.is_literal):
+        return _single(type_for(plain.type, dialect))
+    return False
+
+
+def float_key(element: Any, dialect: str) -> Any:
+    """``element + 0E0`` (a DOUBLE of the same value, NULL for NULL) where ``element`` is
+    such a FLOAT: what a source sends for the merge to compare it; None otherwise."""
+    if not is_single_float(element, dialect):
+        return None
+    return type_coerce(element + literal_column("0E0", Double()), Double())
+
+
+def check_float_compared(what: str, element: Any, dialect: str) -> None:
+    """Refuse comparing such a FLOAT in Python after the merge (HAVING, CASE, DISTINCT
+    of grouped rows): the merge holds it with six significant digits only."""
+    if is_single_float(element, dialect):
+        raise UnsupportedShardQuery(
+            f"{what} {describe(element)} across shards: {dialect} compares a FLOAT by its "
+            "32-bit value but hands it out with six significant digits, so the merge cannot "
+            "compare what it reads; compare what MariaDB types DOUBLE instead (MAX(x + 0.0) "
+            "for MAX(x), or a column declared Double), or route the query to one shard (a "
+            "shard key in WHERE)"
+        )
