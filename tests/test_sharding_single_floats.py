@@ -1,5 +1,6 @@
 """MariaDB FLOAT values (32-bit, handed out with six significant digits) grouped, matched,
-ordered and picked by a merge as MariaDB compares them, as the unsharded twin."""
+ordered and picked by a merge as MariaDB compares them, and PostgreSQL reals compared
+with other values, as the unsharded twin, or refused."""
 
 from __future__ import annotations
 
@@ -37,22 +38,24 @@ world = twin_world_fixture(
 
 
 @pytest.mark.parametrize(
-    ("type_", "single"),
+    ("type_", "on_mariadb", "on_postgresql"),
     [
-        (Float(), True),
-        (Float(precision=24), True),
-        (mysql.FLOAT(10, 2), True),
-        (Float(precision=53), False),
-        (Double(), False),
-        (sa.REAL(), False),
-        (sa.Numeric(10, 2), False),
+        (Float(), True, False),
+        (Float(precision=24), True, True),
+        (mysql.FLOAT(10, 2), True, True),
+        (Float(precision=53), False, False),
+        (Double(), False, False),
+        (sa.REAL(), False, True),
+        (sa.Numeric(10, 2), False, False),
     ],
 )
-def test_single_floats_are_mariadb_floats(type_: Any, single: bool) -> None:
-    """FLOAT, FLOAT(p <= 24) and FLOAT(M, D) are 32-bit on MariaDB; DOUBLE and REAL are not."""
+def test_single_floats_are_32_bit_types(type_: Any, on_mariadb: bool, on_postgresql: bool) -> None:
+    """FLOAT, FLOAT(p <= 24) and FLOAT(M, D) are 32-bit on MariaDB, where DOUBLE and REAL
+    are 64-bit; on PostgreSQL REAL and FLOAT(p <= 24) are, FLOAT is double precision."""
     column = sa.column("x", type_)
-    assert is_single_float(column, "mysql") is single
-    assert not is_single_float(column, "postgresql")
+    assert is_single_float(column, "mysql") is on_mariadb
+    assert is_single_float(column, "postgresql") is on_postgresql
+    assert not is_single_float(column, "sqlite")
 
 
 def test_aggregates_and_arithmetic_of_a_float_are_doubles() -> None:
@@ -112,5 +115,57 @@ def test_a_float_compared_after_the_merge_is_refused(world: TwinWorld) -> None:
 
 
 def test_sums_of_floats_are_compared_after_the_merge(world: TwinWorld) -> None:
-    """A SUM of FLOATs is a DOUBLE, read with every digit: HAVING on it stays merged."""
+    """A SUM of FLOATs is a DOUBLE, read with every digit: HAVING on it stays merged, and
+    so does MAX(x + 0.0), the rewrite the refusal names."""
     world.exact(lambda m: select(m.tag).group_by(m.tag).having(func.sum(m.v) > 5))
+    world.exact(lambda m: select(m.user_id).group_by(m.user_id).having(func.max(m.v + 0.0) > 0.1))
+
+
+def _real_columns() -> dict[str, Any]:
+    return {"r": mapped_column(sa.REAL), "q": mapped_column(Float(precision=24))}
+
+
+def _real_rows() -> list[dict[str, Any]]:
+    rng = random.Random(1209)
+    return [
+        {"user_id": rng.randrange(1, 40), "r": rng.choice(_VALUES), "q": rng.choice(_VALUES)}
+        for _ in range(60)
+    ]
+
+
+reals = twin_world_fixture(
+    "reals", _real_columns, _real_rows, [pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+
+
+@pytest.mark.parametrize(
+    "having",
+    [
+        lambda m: func.max(m.r) == 0.1,
+        lambda m: func.max(m.r) > 0.1,
+        lambda m: func.min(m.q) <= 0.1,
+    ],
+    ids=["max = 0.1", "max > 0.1", "min <= 0.1"],
+)
+def test_a_real_compared_with_a_double_is_refused(reals: TwinWorld, having: Any) -> None:
+    """HAVING a PostgreSQL real against a float value is refused by name (PostgreSQL
+    compares the 32-bit value: max = 0.1 false, max > 0.1 true for a real 0.1; the merge
+    compared the digits read, and kept other groups)."""
+    reals.refused(
+        lambda m: select(m.user_id).group_by(m.user_id).having(having(m)), "32-bit value"
+    )
+
+
+def test_reals_grouped_ordered_and_compared_with_reals_match_the_twin(reals: TwinWorld) -> None:
+    """PostgreSQL hands a real out with the digits that tell it apart: GROUP BY, ORDER BY
+    and a comparison of two reals stay merged, as does MAX(CAST(x AS DOUBLE PRECISION))."""
+    reals.exact(lambda m: select(m.r, func.count()).group_by(m.r))
+    reals.exact(lambda m: select(m.id, m.r).order_by(m.r, m.id.desc()), ordered=True)
+    reals.exact(
+        lambda m: select(m.user_id).group_by(m.user_id).having(func.max(m.r) > func.min(m.q))
+    )
+    reals.exact(
+        lambda m: select(m.user_id)
+        .group_by(m.user_id)
+        .having(func.max(sa.cast(m.r, Double)) > 0.1)
+    )

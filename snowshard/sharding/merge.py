@@ -158,6 +158,7 @@ from snowshard.sharding.nan import (
 )
 from snowshard.sharding.ranges import is_range, range_keyed
 from snowshard.sharding.ranking import Ranker, rank_columns, required
+from snowshard.sharding.single_floats import check_real_compared
 
 __all__ = ["MergePlan", "sort_key"]
 
@@ -1007,8 +1008,11 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                     check_strings(side, dialect, need, "comparison")  # instants too
                     if need == ORDERING:  # every value Python orders otherwise
                         check_read_order("comparison", side, dialect)
+                check_real_compared(part, [part.left, part.right], dialect)
             elif isinstance(part, Case) and part.value is not None:
                 check_strings(part.value, dialect, EQUALITY, "CASE")
+                whens = [condition for condition, _ in part.whens]
+                check_real_compared(part, [part.value, *whens], dialect)
 
 
 def _unique_rows(columns: Sequence[Any]) -> bool:
