@@ -98,7 +98,7 @@ from snowshard.sharding.instants import check_instant_compared, instant_extreme,
 from snowshard.sharding.intervals import interval_key, is_interval
 from snowshard.sharding.opaque import check_opaque
 from snowshard.sharding.ranges import is_range
-from snowshard.sharding.single_floats import check_float_compared, float_key, is_single_float
+from snowshard.sharding.single_floats import check_float_compared, float_key
 
 __all__ = [
     "EQUALITY",
@@ -506,8 +506,9 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
         return instant[1]
     if is_interval(bare(aggregate), dialect):  # each source's own MIN/MAX, weighed
         return interval_key(bare(aggregate), dialect)
-    if is_single_float(bare(aggregate), dialect):  # so is a FLOAT's, with every digit
-        return float_key(bare(aggregate), dialect)
+    digits = float_key(bare(aggregate), dialect)  # so is a MariaDB FLOAT's, every digit
+    if digits is not None:
+        return digits
     function = aggregate_function(aggregate)
     what = str(function.name).upper()
     for argument in function.clauses:
