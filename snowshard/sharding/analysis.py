@@ -111,6 +111,7 @@ __all__ = [
     "check_outer_joins",
     "check_star_columns",
     "aggregate_function",
+    "aggregate_named",
     "describe",
     "distinct_arguments",
     "exists_selects",
@@ -200,6 +201,13 @@ def aggregate_function(element: Any) -> Any:
     """The function an aggregate computes: ``element`` itself, or for a FILTER the merge
     combines, its aggregate (:func:`filtered_aggregate`); None for another FILTER."""
     return filtered_aggregate(element) if isinstance(element, FunctionFilter) else element
+
+
+def aggregate_named(element: Any, names: tuple[str, ...]) -> bool:
+    """Whether ``element`` is an aggregate of one of ``names`` (lower case), with a FILTER
+    the merge combines or without (:func:`aggregate_function`)."""
+    function = aggregate_function(element)
+    return isinstance(function, FunctionElement) and str(function.name).lower() in names
 
 
 def walk(element: Any, *, nested: bool = False) -> Iterator[Any]:

@@ -12,8 +12,8 @@ expression choosing one of several values (``CASE``, ``GREATEST``, ``COALESCE``,
 
 from __future__ import annotations
 
-from functools import cache
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from sqlalchemy.dialects import registry
@@ -27,6 +27,7 @@ from sqlalchemy.types import NullType, TypeDecorator
 from snowshard._compat import LabelReference, variant_for
 
 __all__ = [
+    "chooses_only",
     "chosen_values",
     "dialect_named",
     "sql_expression",
@@ -103,15 +104,21 @@ def _null(element: Any) -> bool:
     )
 
 
+def chooses_only(element: Any, accepts: Callable[[Any], bool]) -> bool:
+    """Whether ``accepts`` takes ``element`` (its SQL: :func:`sql_expression`), or for an
+    expression choosing among values (:func:`chosen_values`), every value it chooses from."""
+    plain = sql_expression(element)
+    chosen = chosen_values(plain)
+    if chosen is not None:
+        return bool(chosen) and all(chooses_only(value, accepts) for value in chosen)
+    return accepts(plain)
+
+
 def typed_as(element: Any, is_kind: Callable[[Any], bool]) -> bool:
     """Whether the database gives ``element``'s value a type ``is_kind`` accepts (it reads a
     declared SQLAlchemy type): for an expression choosing among values
     (:func:`chosen_values`), when every value it chooses from has one."""
-    plain = sql_expression(element)
-    chosen = chosen_values(plain)
-    if chosen is not None:
-        return bool(chosen) and all(typed_as(value, is_kind) for value in chosen)
-    return is_kind(getattr(plain, "type", None))
+    return chooses_only(element, lambda plain: is_kind(getattr(plain, "type", None)))
 
 
 def sql_types(element: Any, dialect: str) -> list[Any]:

@@ -43,6 +43,7 @@ from sqlalchemy.types import Integer, NullType
 from snowshard._compat import LabelReference, plugin_subject_of
 from snowshard.sharding.analysis import (
     aggregate_function,
+    aggregate_named,
     describe,
     distinct_arguments,
     function_kind,
@@ -588,12 +589,12 @@ def compile_interval_key(element: Any, atoms: Atoms) -> Evaluator:
         return lambda values: None if (v := difference(values)) is None else timedelta_key(v)
     if not is_interval(plain, dialect):
         raise _refuse(element, f"{_INTERVALS_COMPARED}; this is not an interval")
-    if atoms.key(plain) is not None or _aggregate_named(plain, ("min", "max")):
+    if atoms.key(plain) is not None or aggregate_named(plain, ("min", "max")):
         if atoms.key(plain) is None:
             atoms.aggregate(plain)  # the MIN/MAX, picked by the key below
         index = atoms.add_weight(interval_key(plain, dialect))
         return lambda values: values[index]
-    if _aggregate_named(plain, ("sum",)):
+    if aggregate_named(plain, ("sum",)):
         total = atoms.aggregate(plain)
         for months, days, seconds, summed in atoms.interval_sums:
             if summed == total:
@@ -622,9 +623,3 @@ _INTERVALS_COMPARED = (
 
 
 _ADDITIVE = (operators.add, operators.sub)
-
-
-def _aggregate_named(element: Any, names: tuple[str, ...]) -> bool:
-    """Whether ``element`` is an aggregate of one of ``names``, with a FILTER or without."""
-    function = aggregate_function(element)
-    return isinstance(function, FunctionElement) and str(function.name).lower() in names

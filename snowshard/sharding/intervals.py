@@ -42,6 +42,7 @@ __all__ = [
     "interval_from_parts",
     "interval_key",
     "interval_parts",
+    "interval_type",
     "is_interval",
     "parts_key",
     "timedelta_key",
@@ -56,11 +57,14 @@ def is_interval(element: Any, dialect: str) -> bool:
     a CASE, COALESCE or MIN/MAX: :func:`~.dialect_types.chosen_values`)."""
     if dialect != "postgresql":
         return False
-    # SQLAlchemy's Interval is a TypeDecorator (a DATETIME where no database type exists):
-    # the declared type says it, not the implementation
-    return typed_as(
-        element, lambda type_: isinstance(variant_for(type_, dialect), (Interval, INTERVAL))
-    )
+    return typed_as(element, lambda type_: interval_type(type_, dialect))
+
+
+def interval_type(type_: Any, dialect: str) -> bool:
+    """Whether ``type_`` is declared an interval on ``dialect``: SQLAlchemy's Interval is
+    a TypeDecorator (a DATETIME where no database type exists), so the declared type says
+    it, not the implementation."""
+    return isinstance(variant_for(type_, dialect), (Interval, INTERVAL))
 
 
 def interval_key(element: Any, dialect: str) -> Any:

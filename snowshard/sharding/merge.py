@@ -91,6 +91,7 @@ from snowshard._compat import (
 )
 from snowshard.sharding.analysis import (
     aggregate_function,
+    aggregate_named,
     check_row_expression,
     describe,
     exists_selects,
@@ -374,10 +375,10 @@ class MergePlan:
         self.dialect = dialect
         self.nan_aware = dialect == "postgresql"
         """Whether values may be NaN, compared as PostgreSQL does (:mod:`~.nan`)."""
-        self.nan_order: set[int] = set()
-        """ORDER BY helpers (of a merge on rows) whose numbers may be NaN."""
-        self.range_order: set[int] = set()
-        """ORDER BY helpers (of a merge on rows) that are PostgreSQL ranges (:mod:`~.ranges`)."""
+        self.order_keys: dict[int, Callable[[Callable[[Any], Any]], Callable[[Any], Any]]] = {}
+        """ORDER BY helper (of a merge on rows) -> what makes its reader compare as
+        PostgreSQL does: numbers that may be NaN (:func:`~.nan.canonical_key`), ranges
+        (:func:`~.ranges.range_keyed`)."""
         self._add: Callable[[Any, Any], Any] = (
             partial(pg_computed, add) if self.nan_aware else add
         )
@@ -463,10 +464,10 @@ class MergePlan:
                 check_uuid_order("ORDER BY", expr, dialect)
                 check_array_order("ORDER BY", expr, dialect)
                 self.order.append((len(helpers), descending, nulls_first))
-                if may_hold_nan(expr, dialect):
-                    self.nan_order.add(len(helpers))
                 if is_range(expr, dialect):
-                    self.range_order.add(len(helpers))
+                    self.order_keys[len(helpers)] = range_keyed
+                elif may_hold_nan(expr, dialect):
+                    self.order_keys[len(helpers)] = canonical_key
                 value, ranked = sort_value(expr, dialect)
                 if ranked is not None:
                     self.ranked[len(helpers)] = ranked
@@ -496,8 +497,7 @@ class MergePlan:
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
             self.order = [(i - self.helpers, d, n) for i, d, n in self.order]
-            self.nan_order = {i - self.helpers for i in self.nan_order}
-            self.range_order = {i - self.helpers for i in self.range_order}
+            self.order_keys = {i - self.helpers: k for i, k in self.order_keys.items()}
         self.unique = (
             [i - self.helpers for i in firsts]
             if distinct_on
@@ -796,13 +796,11 @@ class MergePlan:
 
     def order_reader(self, index: int, position: int) -> Callable[[Any], Any]:
         """How a merge on rows reads ORDER BY helper ``index`` (from the row's end), found at
-        ``position`` of a row: as it is, or, for numbers that may be PostgreSQL's NaN
-        (:attr:`nan_order`) and for ranges (:attr:`range_order`), compared as PostgreSQL
-        compares them."""
+        ``position`` of a row: as it is, or as :attr:`order_keys` says (NaNs, ranges),
+        compared as PostgreSQL compares them."""
         read = itemgetter(position)
-        if index in self.range_order:
-            return range_keyed(read)
-        return canonical_key(read) if index in self.nan_order else read
+        keyed = self.order_keys.get(index)
+        return read if keyed is None else keyed(read)
 
     def _nan_key(self, read: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``read``, comparing NaNs as PostgreSQL does where they may occur."""
@@ -924,8 +922,7 @@ def _ranked_reader(index: int, table: dict[str, int]) -> Callable[[Sequence[Any]
 
 def _is_extreme(element: Any) -> bool:
     """Whether ``element`` is ``MIN(...)`` or ``MAX(...)``, with a FILTER or without."""
-    function = aggregate_function(element)
-    return isinstance(function, FunctionElement) and str(function.name).lower() in ("min", "max")
+    return aggregate_named(element, ("min", "max"))
 
 
 class _ByRank:

@@ -60,14 +60,14 @@ from snowshard.sharding.listeners import check_listeners
 from snowshard.sharding.logical_guard import guard
 from snowshard.sharding.model import ShardedModel, model_of_class, model_of_mapper
 from snowshard.sharding.reference import is_reference
-from snowshard.sharding.rewrite import Target, criteria_options
-from snowshard.sharding.server_settings import SettingsCheck
 from snowshard.sharding.replicas import (
     PREFER_KEY,
     ReplicaRouter,
     Replicas,
     prefer_from_options,
 )
+from snowshard.sharding.rewrite import Target, criteria_options
+from snowshard.sharding.server_settings import SettingsCheck
 from snowshard.sharding.twophase import CommitCoordinator, TwoPhase
 from snowshard.spec import DEFAULT_DATABASE, ShardConfigError
 

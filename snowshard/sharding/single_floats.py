@@ -34,7 +34,7 @@ from sqlalchemy import REAL, Double, Float, literal_column, type_coerce
 from sqlalchemy.sql.elements import Cast, ColumnClause
 
 from snowshard.sharding.analysis import describe
-from snowshard.sharding.dialect_types import chosen_values, sql_expression, type_for
+from snowshard.sharding.dialect_types import chooses_only, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = ["check_float_compared", "check_real_compared", "float_key", "is_single_float"]
@@ -61,13 +61,14 @@ def is_single_float(element: Any, dialect: str) -> bool:
     FLOAT, PostgreSQL's ``real`` (module docstring)."""
     if dialect not in _DIALECTS and dialect != "postgresql":
         return False
-    plain = sql_expression(element)
-    chosen = chosen_values(plain)
-    if chosen is not None:
-        return bool(chosen) and all(is_single_float(value, dialect) for value in chosen)
-    if isinstance(plain, Cast) or (isinstance(plain, ColumnClause) and not plain.is_literal):
-        return _single(type_for(plain.type, dialect), dialect)
-    return False
+
+    def single(plain: Any) -> bool:  # a column or CAST: SUM, AVG, arithmetic are doubles
+        is_column = isinstance(plain, ColumnClause) and not plain.is_literal
+        if isinstance(plain, Cast) or is_column:
+            return _single(type_for(plain.type, dialect), dialect)
+        return False
+
+    return chooses_only(element, single)
 
 
 def float_key(element: Any, dialect: str) -> Any:

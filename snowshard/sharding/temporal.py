@@ -34,11 +34,10 @@ from typing import Any
 
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter
-from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.types import Date, DateTime, Interval, Time
 
-from snowshard._compat import variant_for
 from snowshard.sharding.dialect_types import type_for
+from snowshard.sharding.intervals import interval_type
 
 __all__ = [
     "check_arithmetic",
@@ -146,8 +145,8 @@ def _kind(element: Any, dialect: str) -> str | None:
             if isinstance(value, python):
                 return name
         return None
-    if isinstance(variant_for(_type(element), dialect), (Interval, INTERVAL)):
-        return "an interval"  # (SQLAlchemy's Interval is a DateTime where none is native)
+    if interval_type(_type(element), dialect):
+        return "an interval"
     type_ = type_for(_type(element), dialect)
     if isinstance(type_, DateTime):  # only PostgreSQL hands out aware ones
         aware = bool(type_.timezone) and dialect == "postgresql"
