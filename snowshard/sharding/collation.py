@@ -91,6 +91,7 @@ from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
 from snowshard.sharding.analysis import aggregate_function, describe, walk
+from snowshard.sharding.decorated import stored_value
 from snowshard.sharding.dialect_types import sql_types, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
@@ -468,8 +469,13 @@ def weight_of(element: Any, dialect: str, need: str, what: str) -> Any:
     :class:`~snowshard._compat.PaddedWeight`: bytes that order as the collation orders the
     string, equal for strings it calls equal; otherwise refused as :func:`check_strings`
     refuses. A MariaDB TIMESTAMP's weight is its instant (:func:`.instants.instant_key`); a
-    PostgreSQL interval's, the seconds it compares by (:func:`.intervals.interval_key`)."""
+    PostgreSQL interval's, the seconds it compares by (:func:`.intervals.interval_key`);
+    a TypeDecorator's own values, the stored value (:func:`.decorated.stored_value`)."""
     plain = bare(element)
+    stored = stored_value(plain, dialect)
+    if stored is not None:
+        weight = weight_of(stored, dialect, need, what)
+        return stored if weight is None else weight
     instant = instant_key(plain, dialect)
     if instant is not None:
         return instant
@@ -500,7 +506,12 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     is no string); on MariaDB and MySQL, for a ``String(n)`` under any other collation, the
     :class:`~snowshard._compat.PaddedWeight` of the aggregate's value; otherwise refused
     as :func:`check_strings` refuses. A MariaDB TIMESTAMP is picked by its instant
-    (:func:`.instants.instant_extreme`), or refused in a form that cannot be."""
+    (:func:`.instants.instant_extreme`), or refused in a form that cannot be; a
+    TypeDecorator's own values by the stored value (:func:`.decorated.stored_value`)."""
+    stored = stored_value(bare(aggregate), dialect)
+    if stored is not None:
+        weight = weight_of(stored, dialect, ORDERING, "MIN/MAX")
+        return stored if weight is None else weight
     instant = instant_extreme(bare(aggregate), dialect)
     if instant is not None:
         return instant[1]

@@ -124,6 +124,7 @@ from snowshard.sharding.collation import (
     weight_of,
 )
 from snowshard.sharding.criteria import criteria_of
+from snowshard.sharding.decorated import check_decorated_merged
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import (
     BY_VALUE,
@@ -492,7 +493,9 @@ class MergePlan:
             if self.limit is not None:
                 source = source.limit(_source_limit(self.limit, self.offset))
         if self.grouped:  # numeric SUMs and keys as the drivers return them (raw_helper)
-            helpers = [raw_helper(_sent(h, dialect), k) for h, k in zip(helpers, self.atoms.kinds)]
+            helpers = [
+                raw_helper(_sent(h, dialect), k, dialect) for h, k in zip(helpers, self.atoms.kinds)
+            ]
         labels = [h.label(f"snowshard_merge_{i}") for i, h in enumerate(helpers)]
         self.helpers = len(labels)
         if not self.grouped:  # helper number -> index from the end of the row
@@ -564,7 +567,7 @@ class MergePlan:
                     average = atoms.aggregate(plain)
                     if atoms.kinds[average] == "avg":
                         self.averages[len(self.outputs) - 1] = average
-                if (as_key is not None and is_numeric(plain)) or is_raw_sum(plain):
+                if (as_key is not None and is_numeric(plain)) or is_raw_sum(plain, self.dialect):
                     # merged raw, read as SQLAlchemy reads it
                     self.outputs[-1] = read_as(self.outputs[-1], plain.type, self.dialect)
                 self.direct.append(
@@ -610,11 +613,15 @@ class MergePlan:
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             check_read_order("ORDER BY", expr, self.dialect)  # compared as read
-            if index is not None:
+            if not is_raw_sum(unlabelled(expr), self.dialect):  # (a stored total is not)
+                check_decorated_merged("ORDER BY", expr, self.dialect)
+            if index is not None and not is_raw_sum(unlabelled(expr), self.dialect):
                 self.order.append((_output(index), descending, nulls_first))
             else:
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))
         computed = [c for c, kept in zip(columns, self.direct) if not kept]
+        for column in computed:
+            check_decorated_merged("column", column, self.dialect)
         _check_comparisons([*computed, having, *(e for e, _, _ in order)], self.dialect)
         for helper in list(atoms.helpers):
             if self._extreme(helper) is None and _is_extreme(helper):  # compared as read
@@ -1002,11 +1009,13 @@ def _check_comparisons(expressions: Iterable[Any], dialect: str) -> None:
                 else:
                     continue
                 for side in (part.left, part.right):
+                    check_decorated_merged("comparison", side, dialect)
                     check_strings(side, dialect, need, "comparison")  # instants too
                     if need == ORDERING:  # every value Python orders otherwise
                         check_read_order("comparison", side, dialect)
                 check_real_compared(part, [part.left, part.right], dialect)
             elif isinstance(part, Case) and part.value is not None:
+                check_decorated_merged("CASE", part.value, dialect)
                 check_strings(part.value, dialect, EQUALITY, "CASE")
                 whens = [condition for condition, _ in part.whens]
                 check_real_compared(part, [part.value, *whens], dialect)

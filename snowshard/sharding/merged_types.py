@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Float, Numeric, type_coerce
+from sqlalchemy import Boolean, Float, Numeric, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import Label
 from sqlalchemy.sql.functions import FunctionElement
@@ -23,6 +23,8 @@ from sqlalchemy.types import NullType
 from snowshard._compat import LabelReference
 from snowshard.sharding.analysis import aggregate_function, distinct_arguments
 from snowshard.sharding.arith import scale_of
+from snowshard.sharding.decorated import reads_stored
+from snowshard.sharding.dialect_types import dialect_named
 
 __all__ = [
     "converter",
@@ -94,17 +96,21 @@ def shown_as(value: Any, partial: Iterable[Any]) -> Any:
     return value
 
 
-def is_raw_sum(element: Any) -> bool:
+def is_raw_sum(element: Any, dialect: str = "") -> bool:
     """Whether ``element`` is a ``SUM`` whose sources send it raw (:func:`raw_helper`): one of
     a numeric type that SQLAlchemy converts, rounding (a SQLite REAL or a PostgreSQL float8
-    read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float);
-    with a FILTER too."""
+    read as a Decimal of the type's scale) or losing digits (a NUMERIC read as a float),
+    of a TypeDecorator with values of its own (:func:`.decorated.reads_stored`: the
+    stored values are added), or a ``Boolean`` (SQLite and MariaDB add the 0s and 1s, and
+    SQLAlchemy reads the total as a bool); with a FILTER too."""
     function = aggregate_function(element)
     if not (isinstance(function, FunctionElement) and str(function.name).lower() == "sum"):
         return False
     if distinct_arguments(function):  # merged from its distinct values (typed_distinct)
         return False
-    return isinstance(function.type, (Float, Numeric))
+    return isinstance(function.type, (Float, Numeric, Boolean)) or reads_stored(
+        function.type, dialect
+    )
 
 
 def is_numeric(element: Any) -> bool:
@@ -116,7 +122,7 @@ _RAW_VALUES = (None, "count_distinct")
 """Helper kinds sent raw when numeric: GROUP BY keys, values counted once each."""
 
 
-def raw_helper(helper: Any, kind: str | None) -> Any:
+def raw_helper(helper: Any, kind: str | None, dialect: str = "") -> Any:
     """A merge helper as the sources send it: a ``SUM`` of :func:`is_raw_sum`, and a
     numeric GROUP BY key (``kind`` None), untyped, so that each arrives as the driver
     returns it; so are the values of ``count(DISTINCT x)`` that the sources group by. The
@@ -124,7 +130,8 @@ def raw_helper(helper: Any, kind: str | None) -> Any:
     rounding errors: 3.375 + 2.75 read as 3.38 + 2.75 = 6.13, where one table's 6.125
     reads as 6.12), and groups and counts distinct raw values (SQLite tells REALs 0.001
     and 0.002 apart, which a ``Numeric(10, 2)`` reads as 0.00 both)."""
-    if (kind == "sum" and is_raw_sum(helper)) or (kind in _RAW_VALUES and is_numeric(helper)):
+    summed = kind == "sum" and is_raw_sum(helper, dialect)
+    if summed or (kind in _RAW_VALUES and is_numeric(helper)):
         return type_coerce(helper, NullType())
     return helper
 
@@ -132,9 +139,11 @@ def raw_helper(helper: Any, kind: str | None) -> Any:
 def converter(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
     """What SQLAlchemy's ``type_`` does to a value the database computed for it on
     ``dialect``: on SQLite the type's result processor, elsewhere :func:`numeric_reader`;
-    None where it leaves the value as it is."""
-    if dialect == "sqlite":
-        found = sqlite.dialect()
+    None where it leaves the value as it is; the whole result processor of a Boolean and
+    of a TypeDecorator read from stored values (:func:`.decorated.reads_stored`), on every
+    dialect."""
+    if dialect == "sqlite" or reads_stored(type_, dialect) or isinstance(type_, Boolean):
+        found = sqlite.dialect() if dialect == "sqlite" else dialect_named(dialect)
         processor: Callable[[Any], Any] | None = type_.dialect_impl(found).result_processor(
             found, None
         )

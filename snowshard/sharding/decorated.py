@@ -1,0 +1,94 @@
+"""Values of a ``TypeDecorator`` in a merge: compared as the database compares them.
+
+A ``TypeDecorator`` with a ``process_result_value`` hands out values of its own (a status
+code read as its label, cents read as a Decimal of dollars, an ID read as a decimal
+string), and the database groups, orders, picks MIN/MAX and adds the stored values, not
+those. A merge comparing what SQLAlchemy hands it would order labels alphabetically where
+one table orders the codes, and add up what the decorator made of each source's SUM.
+
+So where a merge groups, orders or picks by such a value, each source sends the stored
+value beside it (:func:`stored_value`: the expression coerced to the decorator's
+implementation), and the merge works on that; a ``SUM`` is added up stored and read
+through the decorator once (:func:`reads_stored`). A value compared with another after
+the merge (HAVING, CASE, arithmetic on merged values) is refused
+(:func:`check_decorated_merged`): the other side would have to go through
+``process_bind_param`` first.
+
+Decorators whose values order, match and add as the stored ones do are taken as they are:
+those that do not process results, snowshard's own ``SnowflakeType`` (as ints) and
+``UtcDateTime``, and SQLAlchemy's ``Interval`` (:mod:`~snowshard.sharding.intervals`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Interval, type_coerce
+from sqlalchemy.types import TypeDecorator
+
+from snowshard._compat import variant_for
+from snowshard.orm.timerange import UtcDateTime
+from snowshard.orm.types import SnowflakeType
+from snowshard.sharding.analysis import describe
+from snowshard.sharding.dialect_types import dialect_named
+from snowshard.sharding.errors import UnsupportedShardQuery
+
+__all__ = ["check_decorated_merged", "decorator_of", "reads_stored", "stored_value"]
+
+
+def _keeps_values(type_: TypeDecorator[Any]) -> bool:
+    """Whether ``type_``'s values order, match and add as its stored values do."""
+    if isinstance(type_, SnowflakeType):
+        return not type_.as_string  # decimal strings order by their digits
+    if isinstance(type_, (UtcDateTime, Interval)):
+        return True
+    kind = type(type_)
+    return (
+        kind.process_result_value is TypeDecorator.process_result_value
+        and kind.result_processor is TypeDecorator.result_processor
+    )
+
+
+def _decorator(type_: Any, dialect: str) -> TypeDecorator[Any] | None:
+    """``type_`` on ``dialect`` where it is a ``TypeDecorator`` whose values are its own."""
+    found = variant_for(type_, dialect)
+    if isinstance(found, TypeDecorator) and not _keeps_values(found):
+        return found
+    return None
+
+
+def decorator_of(element: Any, dialect: str) -> TypeDecorator[Any] | None:
+    """The ``TypeDecorator`` of ``element`` on ``dialect`` whose values are its own, not
+    the stored ones (module docstring); None for any other type."""
+    return _decorator(getattr(element, "type", None), dialect)
+
+
+def stored_value(element: Any, dialect: str) -> Any:
+    """``element`` read as its decorator's implementation, so that sources send the stored
+    value, where :func:`decorator_of` finds a decorator; None otherwise."""
+    decorator = decorator_of(element, dialect)
+    if decorator is None:
+        return None
+    return type_coerce(element, decorator.load_dialect_impl(dialect_named(dialect)))
+
+
+def reads_stored(type_: Any, dialect: str) -> bool:
+    """Whether a merge adds the stored values of a ``SUM`` of ``type_`` and reads the total
+    through the decorator once (a decorator found by :func:`decorator_of`)."""
+    return _decorator(type_, dialect) is not None
+
+
+def check_decorated_merged(what: str, element: Any, dialect: str) -> None:
+    """Refuse computing with a decorator's values after the merge (comparisons in HAVING
+    or CASE, arithmetic): the database computes with the stored values."""
+    decorator = decorator_of(element, dialect)
+    if decorator is None:
+        return
+    name = type(decorator).__name__
+    raise UnsupportedShardQuery(
+        f"{what} {describe(element)} across shards: its values are read through the "
+        f"TypeDecorator {name}, and the database computes with the stored values, not "
+        "those, so a merge computing with what it reads could differ from one table; "
+        f"compare type_coerce({describe(element)}, <the stored type>) instead, or route "
+        "the query to one shard (a shard key in WHERE)"
+    )
