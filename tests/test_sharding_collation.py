@@ -33,6 +33,7 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.postgresql import HSTORE
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -276,6 +277,52 @@ def test_citext_is_never_compared_in_python_nor_ranked() -> None:
     for need in (ORDERING, EQUALITY):
         with pytest.raises(UnsupportedShardQuery, match="CITEXT"):
             check_strings(citext, "postgresql", need, "ORDER BY")
+
+
+def test_hstore_is_never_compared_in_python() -> None:
+    """An hstore reads as a dict, which no merge can order, group or match."""
+    values = column("h", HSTORE())
+    for need in (ORDERING, EQUALITY):
+        with pytest.raises(UnsupportedShardQuery, match="GROUP BY h .*an hstore"):
+            check_strings(values, "postgresql", need, "GROUP BY")
+
+
+hstores = twin_world_fixture(
+    "hstores",
+    lambda: {"h": mapped_column(HSTORE), "tag": mapped_column(String(4))},
+    lambda: [
+        {"user_id": user, "tag": "xy"[user % 2], "h": {"k": str(user % 3)}}
+        for user in range(1, 25)
+    ],
+    [pytest.param("postgresql", marks=pytest.mark.postgres)],
+    prepare="CREATE EXTENSION IF NOT EXISTS hstore",
+)
+
+
+def test_postgresql_groups_and_orders_hstores(hstores: TwinWorld) -> None:
+    """Premise: one table groups and orders hstore values (three distinct ones here)."""
+    with hstores.session() as session:
+        twin = session.execute(
+            select(hstores.Twin.h, func.count()).group_by(hstores.Twin.h).order_by(
+                hstores.Twin.h
+            )
+        ).all()
+    assert [count for _, count in twin] == [8, 8, 8]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda M: select(M.h, func.count()).group_by(M.h),
+        lambda M: select(M.h).distinct(),
+        lambda M: select(M.id).order_by(M.h, M.id).limit(5),
+        lambda M: select(func.count(M.h.distinct())),
+    ],
+    ids=["group-by", "distinct", "order-by", "count-distinct"],
+)
+def test_hstores_merged_are_refused(hstores: TwinWorld, build: Any) -> None:
+    """GROUP BY, DISTINCT, ORDER BY and count(DISTINCT) of an hstore are refused by name."""
+    hstores.refused(build, "an hstore")
 
 
 def test_an_enum_is_not_ranked() -> None:

@@ -117,9 +117,11 @@ def build_twin_world(
     table: str,
     columns: Callable[[], dict[str, Any]],
     rows: list[dict[str, Any]],
+    prepare: str | None = None,
 ) -> Iterator[TwinWorld]:
     """A :class:`TwinWorld` of ``table`` with ``columns()`` on ``backend``, holding ``rows``
-    (each with ``user_id``; IDs are given here), dropped afterwards."""
+    (each with ``user_id``; IDs are given here), dropped afterwards; ``prepare`` is run in
+    each database first."""
     factory = DatabaseFactory.for_request(request, tmp_path)
     try:
         base, model, twin = _models(table, columns)
@@ -131,6 +133,9 @@ def build_twin_world(
             sent.append(statement)
 
         for engine in engines:
+            if prepare is not None:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(prepare)
             sa.event.listen(engine, "before_cursor_execute", record)
         create_all(base.metadata, bind=engines[0], databases=databases)
         session = partial(ShardedSession, engines[0], databases=databases)
@@ -150,15 +155,19 @@ def twin_world_fixture(
     columns: Callable[[], dict[str, Any]],
     rows: Callable[[], list[dict[str, Any]]],
     backends: list[Any] | None = None,
+    prepare: str | None = None,
 ) -> Any:
     """A module-scoped fixture of :class:`TwinWorld` s of ``table`` (built once per backend
-    of ``backends``, default all three, and only read by the tests)."""
+    of ``backends``, default all three, and only read by the tests); ``prepare``: SQL run
+    in each database before the tables are created (an extension, say)."""
 
     @pytest.fixture(scope="module", params=backends or _BACKEND_PARAMS)
     def world(
         request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[TwinWorld]:
         tmp = tmp_path_factory.mktemp(table)
-        yield from build_twin_world(request, tmp, request.param, table, columns, rows())
+        yield from build_twin_world(
+            request, tmp, request.param, table, columns, rows(), prepare
+        )
 
     return world

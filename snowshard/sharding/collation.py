@@ -72,6 +72,7 @@ from typing import Any
 
 from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
 from sqlalchemy.dialects.mysql import SET
+from sqlalchemy.dialects.postgresql import HSTORE
 from sqlalchemy.dialects.postgresql.ranges import AbstractMultiRange
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import (
@@ -409,8 +410,12 @@ def _check(
     check_instant_compared(what, element, dialect)
     check_float_compared(what, element, dialect)
     is_string, collation, type_ = found
-    if isinstance(type_, JSON) or (need == EQUALITY and isinstance(type_, _LISTS)):
-        kind = "a JSON value" if isinstance(type_, JSON) else "an array or multirange"
+    if isinstance(type_, (JSON, HSTORE)) or (need == EQUALITY and isinstance(type_, _LISTS)):
+        kind = (
+            "a JSON value" if isinstance(type_, JSON)
+            else "an hstore (read as a dict)" if isinstance(type_, HSTORE)
+            else "an array or multirange"
+        )  # fmt: skip
         raise UnsupportedShardQuery(
             f"{what} {describe(element)} across shards: the merge would compare {kind} in "
             f"Python, which neither orders nor matches it as {dialect} does; select or "
