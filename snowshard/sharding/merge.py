@@ -47,9 +47,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Column,
-    Float,
     Integer,
-    Numeric,
     Select,
     Table,
     literal,
@@ -637,15 +635,11 @@ class MergePlan:
     def _distinct_value(self, value: Any) -> Any:
         """What sources send to tell the values of ``count(DISTINCT value)`` apart: the
         value, or where the database matches strings otherwise than Python, its weight
-        (MariaDB); refused for floats (NaN, -0.0) and what cannot be matched."""
-        type_ = getattr(value, "type", None)
-        if isinstance(type_, Float) or (isinstance(type_, Numeric) and not type_.asdecimal):
-            raise UnsupportedShardQuery(
-                f"count(DISTINCT {describe(value)}) across shards: the merge would match "
-                "floating-point values in Python, where NaN and -0.0 (and NUMERIC values "
-                f"read as floats) compare otherwise than on {self.dialect}; count distinct "
-                "values of an exact type, or route the query to one shard"
-            )
+        (MariaDB); refused for what cannot be matched. Floats match as the databases
+        match them: -0.0 equals 0.0 in Python too, PostgreSQL's NaNs are one value
+        (:func:`~.nan.canonical`), a MariaDB FLOAT is matched by its every digit
+        (:func:`~.single_floats.float_key`) and a NUMERIC read as a float is sent raw
+        (:func:`~.merged_types.raw_helper`)."""
         if isinstance(value, Tuple):
             raise UnsupportedShardQuery(
                 f"count(DISTINCT {describe(value)}) across shards: a merge reads the counted "
