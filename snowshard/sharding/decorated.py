@@ -21,6 +21,7 @@ those that do not process results, snowshard's own ``SnowflakeType`` (as ints) a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Interval, type_coerce
@@ -33,7 +34,13 @@ from snowshard.sharding.analysis import describe
 from snowshard.sharding.dialect_types import dialect_named
 from snowshard.sharding.errors import UnsupportedShardQuery
 
-__all__ = ["check_decorated_merged", "decorator_of", "reads_stored", "stored_value"]
+__all__ = [
+    "check_decorated_merged",
+    "decorator_of",
+    "reads_stored",
+    "stored_reader",
+    "stored_value",
+]
 
 
 def _keeps_values(type_: TypeDecorator[Any]) -> bool:
@@ -72,10 +79,30 @@ def stored_value(element: Any, dialect: str) -> Any:
     return type_coerce(element, decorator.load_dialect_impl(dialect_named(dialect)))
 
 
-def reads_stored(type_: Any, dialect: str) -> bool:
-    """Whether a merge adds the stored values of a ``SUM`` of ``type_`` and reads the total
-    through the decorator once (a decorator found by :func:`decorator_of`)."""
-    return _decorator(type_, dialect) is not None
+def reads_stored(type_: Any, dialect: str) -> TypeDecorator[Any] | None:
+    """The decorator through which a merge reads the total it adds up from the stored values
+    of a ``SUM`` of ``type_`` (one :func:`decorator_of` finds); None for other types."""
+    return _decorator(type_, dialect)
+
+
+def stored_reader(
+    decorator: TypeDecorator[Any], dialect: str, inner: Callable[[Any], Any] | None
+) -> Callable[[Any], Any]:
+    """What SQLAlchemy makes of a value the database computed for ``decorator`` on
+    ``dialect``: ``inner`` (what its implementation's type does to it), then the
+    decorator's ``process_result_value``; a decorator that overrides ``result_processor``
+    only is asked for its processor."""
+    found = dialect_named(dialect)
+    if type(decorator).process_result_value is TypeDecorator.process_result_value:
+        processor = decorator.result_processor(found, None)
+        return (lambda value: value) if processor is None else processor
+
+    def read(value: Any) -> Any:
+        if inner is not None and value is not None:
+            value = inner(value)
+        return decorator.process_result_value(value, found)
+
+    return read
 
 
 def check_decorated_merged(what: str, element: Any, dialect: str) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy.types import NullType
 from snowshard._compat import LabelReference
 from snowshard.sharding.analysis import aggregate_function, distinct_arguments
 from snowshard.sharding.arith import scale_of
-from snowshard.sharding.decorated import reads_stored
+from snowshard.sharding.decorated import reads_stored, stored_reader
 from snowshard.sharding.dialect_types import dialect_named
 
 __all__ = [
@@ -108,9 +108,9 @@ def is_raw_sum(element: Any, dialect: str = "") -> bool:
         return False
     if distinct_arguments(function):  # merged from its distinct values (typed_distinct)
         return False
-    return isinstance(function.type, (Float, Numeric, Boolean)) or reads_stored(
-        function.type, dialect
-    )
+    if isinstance(function.type, (Float, Numeric, Boolean)):
+        return True
+    return reads_stored(function.type, dialect) is not None
 
 
 def is_numeric(element: Any) -> bool:
@@ -139,10 +139,15 @@ def raw_helper(helper: Any, kind: str | None, dialect: str = "") -> Any:
 def converter(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
     """What SQLAlchemy's ``type_`` does to a value the database computed for it on
     ``dialect``: on SQLite the type's result processor, elsewhere :func:`numeric_reader`;
-    None where it leaves the value as it is; the whole result processor of a Boolean and
-    of a TypeDecorator read from stored values (:func:`.decorated.reads_stored`), on every
-    dialect."""
-    if dialect == "sqlite" or reads_stored(type_, dialect) or isinstance(type_, Boolean):
+    None where it leaves the value as it is; a Boolean's result processor on every
+    dialect; for a TypeDecorator read from stored values (:func:`.decorated.reads_stored`),
+    what its implementation's type does, then the decorator
+    (:func:`.decorated.stored_reader`)."""
+    decorator = reads_stored(type_, dialect)
+    if decorator is not None:
+        impl = decorator.load_dialect_impl(dialect_named(dialect))
+        return stored_reader(decorator, dialect, converter(impl, dialect))
+    if dialect == "sqlite" or isinstance(type_, Boolean):
         found = sqlite.dialect() if dialect == "sqlite" else dialect_named(dialect)
         processor: Callable[[Any], Any] | None = type_.dialect_impl(found).result_processor(
             found, None
