@@ -337,6 +337,40 @@ def test_a_typed_function_is_not_a_string() -> None:
     check_strings(func.length(_Row.plain, type_=Integer), "mysql", ORDERING, "ORDER BY")
 
 
+def test_an_untyped_length_is_a_number() -> None:
+    """func.length(x) without type_= is a number too: its order needs no collation."""
+    for name in ("length", "char_length"):
+        assert collation_of(getattr(func, name)(_Row.plain), "mysql")[0] is False
+
+
+lengths = twin_world_fixture(
+    "lengths",
+    lambda: {"word": mapped_column(String(8))},
+    lambda: [
+        {"user_id": user, "word": ["a", "bb", "ä", "Ab", "ccc", "", None][user % 7]}
+        for user in range(1, 30)
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda m: select(m.id, func.length(m.word)).order_by(
+            func.length(m.word).desc(), m.id
+        ).limit(12),
+        lambda m: select(func.char_length(m.word), func.count()).group_by(
+            func.char_length(m.word)
+        ).order_by(func.char_length(m.word)),
+        lambda m: select(func.max(func.length(m.word)), func.min(func.char_length(m.word))),
+    ],
+    ids=["order-by", "grouped-order", "min-max"],
+)
+def test_lengths_of_strings_order_as_one_table(lengths: TwinWorld, build: Any) -> None:
+    """ORDER BY and MIN/MAX of an untyped length() of strings are merged as one table."""
+    lengths.exact(build, ordered=True)
+
+
 def test_a_refusal_names_the_expression_the_collation_and_the_rewrite() -> None:
     """The message says what is compared, by which collation, and what to write instead."""
     with pytest.raises(UnsupportedShardQuery) as caught:
@@ -1191,6 +1225,6 @@ def test_a_string_of_known_length_is_weighed_on_mariadb() -> None:
     )
     assert weight_of(_Row.__table__.c.variant, "mysql", ORDERING, "ORDER BY") is None
     with pytest.raises(UnsupportedShardQuery):
-        weight_of(func.length(_Row.__table__.c.plain), "mysql", ORDERING, "ORDER BY")
+        weight_of(func.substr(_Row.__table__.c.plain, 2), "mysql", ORDERING, "ORDER BY")
     with pytest.raises(UnsupportedShardQuery):
         weight_of(column("t", String()), "mysql", EQUALITY, "GROUP BY")

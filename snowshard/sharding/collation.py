@@ -70,7 +70,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, String, Uuid
+from sqlalchemy import ARRAY, CHAR, JSON, NCHAR, Enum, Integer, String, Uuid
 from sqlalchemy.dialects.mysql import SET
 from sqlalchemy.dialects.postgresql import HSTORE
 from sqlalchemy.dialects.postgresql.ranges import AbstractMultiRange
@@ -87,6 +87,7 @@ from sqlalchemy.sql.elements import (
     TypeCoerce,
     WithinGroup,
 )
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import ScalarSelect, SelectBase
 from sqlalchemy.types import NullType, TypeDecorator
 
@@ -190,6 +191,8 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
             return True, item.collation, type_
     if type_ is not None and not isinstance(type_, NullType):
         return False, None, type_
+    if isinstance(plain, FunctionElement) and str(plain.name).lower() in _LENGTHS:
+        return False, None, Integer()
     parts = [collation_of(p, dialect) for p in walk(plain) if p is not plain]
     strings = [p for p in parts if p[0]]
     if strings:
@@ -200,6 +203,10 @@ def collation_of(element: Any, dialect: str) -> tuple[bool | None, str | None, A
     if any(p[0] is False for p in parts):
         return False, None, NullType()
     return None, None, NullType()
+
+
+_LENGTHS = frozenset({"length", "char_length"})
+"""Functions of a string whose value is a number on every dialect, typed or not."""
 
 
 MIXED = "(different implicit collations)"
