@@ -68,6 +68,16 @@ class Folded(sa.types.TypeDecorator[str]):
         return None if value is None else value.lower()
 
 
+class Tens(sa.types.TypeDecorator[int]):
+    """A score stored as a number, read as its tens: 31 and 35 read as 3."""
+
+    impl = sa.Integer
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else value // 10
+
+
 class Plain(sa.types.TypeDecorator[int]):
     """A decorator that reads values as they are stored."""
 
@@ -81,6 +91,7 @@ def _columns() -> dict[str, Any]:
         "price": mapped_column(Cents),
         "paid": mapped_column(Dollars),
         "word": mapped_column(Folded),
+        "score": mapped_column(Tens),
         "ref": mapped_column(SnowflakeType(as_string=True)),
         "flag": mapped_column(sa.Boolean),
         "tag": mapped_column(sa.String(4)),
@@ -100,6 +111,7 @@ def _rows() -> list[dict[str, Any]]:
             "price": Decimal(rng.randrange(0, 900)) / 100,
             "paid": Decimal(rng.randrange(0, 900)) / 100,
             "word": rng.choice(["Ab", "ab", "AB", "cd", "Cd"]),
+            "score": rng.choice([31, 35, 38, 42, 47]),
             "ref": str(rng.choice([9, 10, 85, 120, 7])),
             "flag": rng.choice([True, False, None]),
         }
@@ -159,8 +171,14 @@ def test_grouped_order_and_extremes_follow_the_stored_values(world: TwinWorld, b
         lambda M: select(M.word, func.count()).group_by(M.word),
         lambda M: select(M.word).distinct(),
         lambda M: select(M.tag, func.count(M.word.distinct())).group_by(M.tag),
+        lambda M: select(M.score).group_by(M.score).distinct(),
+        lambda M: select(M.score, func.count()).group_by(M.score, M.tag).distinct(),
+        lambda M: select(func.max(M.score)).group_by(M.tag, M.user_id).distinct(),
     ],
-    ids=["group-by", "distinct", "count-distinct"],
+    ids=[
+        "group-by", "distinct", "count-distinct", "grouped-distinct",
+        "grouped-distinct-count", "distinct-max",
+    ],
 )
 def test_values_read_alike_stay_apart_as_stored(world: TwinWorld, build: Any) -> None:
     """Stored values a decorator reads alike group and count as the twin's stored values."""
@@ -233,8 +251,15 @@ def test_boolean_sums_are_read_as_one_table_reads_them(world: TwinWorld) -> None
             ),
             "ORDER BY coalesce.*TypeDecorator Status",
         ),
+        (
+            lambda M: select(func.sum(M.score)).group_by(M.tag).distinct(),
+            "DISTINCT sum.*TypeDecorator Tens",
+        ),
     ],
-    ids=["having-max", "having-sum", "coalesce", "arithmetic", "order-by-coalesce"],
+    ids=[
+        "having-max", "having-sum", "coalesce", "arithmetic", "order-by-coalesce",
+        "distinct-sum",
+    ],
 )
 def test_computing_with_decorated_values_is_refused(
     world: TwinWorld, build: Any, match: str

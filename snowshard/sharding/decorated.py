@@ -36,6 +36,7 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = [
     "check_decorated_merged",
+    "decorated_refusal",
     "decorator_of",
     "reads_stored",
     "stored_reader",
@@ -108,11 +109,16 @@ def stored_reader(
 def check_decorated_merged(what: str, element: Any, dialect: str) -> None:
     """Refuse computing with a decorator's values after the merge (comparisons in HAVING
     or CASE, arithmetic): the database computes with the stored values."""
+    if decorator_of(element, dialect) is not None:
+        raise decorated_refusal(what, element, dialect)
+
+
+def decorated_refusal(what: str, element: Any, dialect: str) -> UnsupportedShardQuery:
+    """The error refusing ``what`` of ``element``, whose values a decorator makes its own
+    (:func:`check_decorated_merged`)."""
     decorator = decorator_of(element, dialect)
-    if decorator is None:
-        return
     name = type(decorator).__name__
-    raise UnsupportedShardQuery(
+    return UnsupportedShardQuery(
         f"{what} {describe(element)} across shards: its values are read through the "
         f"TypeDecorator {name}, and the database computes with the stored values, not "
         "those, so a merge computing with what it reads could differ from one table; "

@@ -122,7 +122,11 @@ from snowshard.sharding.collation import (
     weight_of,
 )
 from snowshard.sharding.criteria import criteria_of
-from snowshard.sharding.decorated import check_decorated_merged
+from snowshard.sharding.decorated import (
+    check_decorated_merged,
+    decorated_refusal,
+    decorator_of,
+)
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import (
     BY_VALUE,
@@ -423,9 +427,10 @@ class MergePlan:
         self.ranked: dict[int, ServerOrder] = {}
         """Helper -> the PostgreSQL collation its strings are ranked by before the merge
         orders (ORDER BY) or picks (MIN/MAX) them (:mod:`~snowshard.sharding.ranking`)."""
-        self.distinct_intervals: dict[int, Evaluator] = {}
-        """Selected column -> the key a grouped DISTINCT matches its PostgreSQL intervals by
-        (:func:`~.evaluate.compile_interval_key`, of the merged helpers)."""
+        self.distinct_keys: dict[int, Evaluator] = {}
+        """Selected column -> the key a grouped DISTINCT matches it by, of the merged
+        helpers: PostgreSQL intervals' (:func:`~.evaluate.compile_interval_key`), a
+        TypeDecorator's stored value (:mod:`~.decorated`)."""
         helpers: list[ColumnElement[Any]]
         distinct_weights: dict[int, int] = {}
         """Selected column -> the helper of its WEIGHT_STRING(), which DISTINCT matches by."""
@@ -629,8 +634,21 @@ class MergePlan:
         if self.distinct:
             for index, column in enumerate(columns):
                 if compares_intervals([column], self.dialect):  # '1 year' = '360 days'
-                    self.distinct_intervals[index] = compile_interval_key(column, atoms)
+                    self.distinct_keys[index] = compile_interval_key(column, atoms)
+                elif decorator_of(column, self.dialect) is not None:  # as stored: 'AB' != 'ab'
+                    self.distinct_keys[index] = itemgetter(self._stored(column, weights))
                 check_strings(column, self.dialect, EQUALITY, "DISTINCT")
+
+    def _stored(self, column: Any, weights: dict[int, int]) -> int:
+        """The helper of the stored value of ``column``, a GROUP BY key or MIN/MAX of a
+        TypeDecorator's values (:mod:`~.decorated`); refused for anything else."""
+        found = self.atoms.key(column)
+        if found is not None and found in weights:
+            return weights[found]
+        extreme = self._extreme(unlabelled(column))
+        if extreme is not None:
+            return extreme
+        raise decorated_refusal("DISTINCT", column, self.dialect)
 
     def _distinct_value(self, value: Any) -> Any:
         """What sources send to tell the values of ``count(DISTINCT value)`` apart: the
@@ -842,7 +860,7 @@ class MergePlan:
             rows = (r for part in parts for r in part)
         if self.distinct:
             identity = canonical if self.nan_aware else None
-            rows = _unique(rows, self.unique, identity, self.distinct_intervals, width)
+            rows = _unique(rows, self.unique, identity, self.distinct_keys, width)
         kept = list(rows)
         end = None if self.limit is None else self.offset + self.limit
         kept = kept[self.offset : end]
