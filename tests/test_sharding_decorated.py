@@ -78,6 +78,26 @@ class Tens(sa.types.TypeDecorator[int]):
         return None if value is None else value // 10
 
 
+class Lowered(sa.types.TypeDecorator[str]):
+    """Text read through lower() in SQL (a column_expression): 'AB' and 'ab' read alike."""
+
+    impl = sa.String(8)
+    cache_ok = True
+
+    def column_expression(self, column: Any) -> Any:
+        return func.lower(column, type_=sa.String(8))
+
+
+class Scaled(sa.types.TypeDecorator[int]):
+    """A number read times ten in SQL (a column_expression)."""
+
+    impl = sa.Integer
+    cache_ok = True
+
+    def column_expression(self, column: Any) -> Any:
+        return sa.type_coerce(column * 10, sa.Integer)
+
+
 class Plain(sa.types.TypeDecorator[int]):
     """A decorator that reads values as they are stored."""
 
@@ -92,6 +112,8 @@ def _columns() -> dict[str, Any]:
         "paid": mapped_column(Dollars),
         "word": mapped_column(Folded),
         "score": mapped_column(Tens),
+        "lowered": mapped_column(Lowered),
+        "scaled": mapped_column(Scaled),
         "ref": mapped_column(SnowflakeType(as_string=True)),
         "flag": mapped_column(sa.Boolean),
         "tag": mapped_column(sa.String(4)),
@@ -112,6 +134,8 @@ def _rows() -> list[dict[str, Any]]:
             "paid": Decimal(rng.randrange(0, 900)) / 100,
             "word": rng.choice(["Ab", "ab", "AB", "cd", "Cd"]),
             "score": rng.choice([31, 35, 38, 42, 47]),
+            "lowered": rng.choice(["Ab", "ab", "AB", "cd", "Cd"]),
+            "scaled": rng.choice([1, 2, 3]),
             "ref": str(rng.choice([9, 10, 85, 120, 7])),
             "flag": rng.choice([True, False, None]),
         }
@@ -174,10 +198,13 @@ def test_grouped_order_and_extremes_follow_the_stored_values(world: TwinWorld, b
         lambda M: select(M.score).group_by(M.score).distinct(),
         lambda M: select(M.score, func.count()).group_by(M.score, M.tag).distinct(),
         lambda M: select(func.max(M.score)).group_by(M.tag, M.user_id).distinct(),
+        lambda M: select(M.lowered, func.count()).group_by(M.lowered),
+        lambda M: select(M.tag, func.max(M.scaled)).group_by(M.tag),
     ],
     ids=[
         "group-by", "distinct", "count-distinct", "grouped-distinct",
-        "grouped-distinct-count", "distinct-max",
+        "grouped-distinct-count", "distinct-max", "column-expression",
+        "column-expression-max",
     ],
 )
 def test_values_read_alike_stay_apart_as_stored(world: TwinWorld, build: Any) -> None:
@@ -255,10 +282,14 @@ def test_boolean_sums_are_read_as_one_table_reads_them(world: TwinWorld) -> None
             lambda M: select(func.sum(M.score)).group_by(M.tag).distinct(),
             "DISTINCT sum.*TypeDecorator Tens",
         ),
+        (
+            lambda M: select(M.tag, func.sum(M.scaled)).group_by(M.tag),
+            "sum.*TypeDecorator Scaled wraps the total in SQL",
+        ),
     ],
     ids=[
         "having-max", "having-sum", "coalesce", "arithmetic", "order-by-coalesce",
-        "distinct-sum",
+        "distinct-sum", "sum-of-column-expression",
     ],
 )
 def test_computing_with_decorated_values_is_refused(

@@ -14,6 +14,8 @@ the merge (HAVING, CASE, arithmetic on merged values) is refused
 (:func:`check_decorated_merged`): the other side would have to go through
 ``process_bind_param`` first.
 
+A decorator that wraps the columns it reads in SQL (``column_expression``) hands out
+values of its own too; a ``SUM`` or ``AVG`` of one is refused (:func:`check_decorated_sum`).
 Decorators whose values order, match and add as the stored ones do are taken as they are:
 those that do not process results, snowshard's own ``SnowflakeType`` (as ints) and
 ``UtcDateTime``, and SQLAlchemy's ``Interval`` (:mod:`~snowshard.sharding.intervals`).
@@ -36,6 +38,7 @@ from snowshard.sharding.errors import UnsupportedShardQuery
 
 __all__ = [
     "check_decorated_merged",
+    "check_decorated_sum",
     "decorated_refusal",
     "decorator_of",
     "reads_stored",
@@ -54,7 +57,13 @@ def _keeps_values(type_: TypeDecorator[Any]) -> bool:
     return (
         kind.process_result_value is TypeDecorator.process_result_value
         and kind.result_processor is TypeDecorator.result_processor
+        and not _computes(type_)
     )
+
+
+def _computes(type_: TypeDecorator[Any]) -> bool:
+    """Whether ``type_`` wraps the columns it reads in SQL (``column_expression``)."""
+    return type(type_).column_expression is not TypeDecorator.column_expression
 
 
 def _decorator(type_: Any, dialect: str) -> TypeDecorator[Any] | None:
@@ -84,6 +93,20 @@ def reads_stored(type_: Any, dialect: str) -> TypeDecorator[Any] | None:
     """The decorator through which a merge reads the total it adds up from the stored values
     of a ``SUM`` of ``type_`` (one :func:`decorator_of` finds); None for other types."""
     return _decorator(type_, dialect)
+
+
+def check_decorated_sum(element: Any, dialect: str) -> None:
+    """Refuse ``SUM(x)``/``AVG(x)`` (``element``) typed by a decorator that wraps what it
+    reads in SQL (``column_expression``): one table reads the wrapped total, which a merge
+    of the sources' totals cannot compute in Python."""
+    decorator = decorator_of(element, dialect)
+    if decorator is not None and _computes(decorator):
+        raise UnsupportedShardQuery(
+            f"{describe(element)} across shards: the TypeDecorator {type(decorator).__name__} "
+            "wraps the total in SQL (column_expression), which the merge cannot do to the "
+            "sources' totals; add up type_coerce(x, <the stored type>) and wrap the total "
+            "in Python, or route the query to one shard (a shard key in WHERE)"
+        )
 
 
 def stored_reader(

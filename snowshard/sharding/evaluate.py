@@ -57,6 +57,7 @@ from snowshard.sharding.arith import (
     coalesce_function,
     division_function,
 )
+from snowshard.sharding.decorated import check_decorated_sum
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.intervals import (
     interval_key,
@@ -219,6 +220,7 @@ class Atoms:
             return found
         if name in ("sum", "avg"):
             check_summed(element, function.clauses, self.dialect)
+            check_decorated_sum(element, self.dialect)
         index = self._add(element, name)
         if name == "sum" and all(is_interval(a, self.dialect) for a in function.clauses):
             parts = [self._add(part, "sum") for part in interval_parts(element)]
