@@ -93,7 +93,7 @@ from sqlalchemy.types import NullType, TypeDecorator
 
 from snowshard._compat import PaddedWeight, variant_for
 from snowshard.sharding.analysis import aggregate_function, describe, walk
-from snowshard.sharding.decorated import stored_value
+from snowshard.sharding.decorated import decorator_of, stored_value
 from snowshard.sharding.dialect_types import sql_types, type_for
 from snowshard.sharding.errors import UnsupportedShardQuery
 from snowshard.sharding.evaluate import bare
@@ -520,10 +520,8 @@ def extreme_weight(aggregate: Any, dialect: str) -> Any:
     as :func:`check_strings` refuses. A MariaDB TIMESTAMP is picked by its instant
     (:func:`.instants.instant_extreme`), or refused in a form that cannot be; a
     TypeDecorator's own values by the stored value (:func:`.decorated.stored_value`)."""
-    stored = stored_value(bare(aggregate), dialect)
-    if stored is not None:
-        weight = weight_of(stored, dialect, ORDERING, "MIN/MAX")
-        return stored if weight is None else weight
+    if decorator_of(bare(aggregate), dialect) is not None:  # the aggregate's stored value
+        return weight_of(aggregate, dialect, ORDERING, "MIN/MAX")
     instant = instant_extreme(bare(aggregate), dialect)
     if instant is not None:
         return instant[1]

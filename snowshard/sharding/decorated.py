@@ -43,6 +43,7 @@ __all__ = [
     "decorator_of",
     "reads_stored",
     "stored_reader",
+    "stored_type",
     "stored_value",
 ]
 
@@ -80,13 +81,18 @@ def decorator_of(element: Any, dialect: str) -> TypeDecorator[Any] | None:
     return _decorator(getattr(element, "type", None), dialect)
 
 
+def stored_type(decorator: TypeDecorator[Any], dialect: str) -> Any:
+    """The type ``decorator`` stores its values as on ``dialect`` (its implementation)."""
+    return decorator.load_dialect_impl(dialect_named(dialect))
+
+
 def stored_value(element: Any, dialect: str) -> Any:
     """``element`` read as its decorator's implementation, so that sources send the stored
     value, where :func:`decorator_of` finds a decorator; None otherwise."""
     decorator = decorator_of(element, dialect)
     if decorator is None:
         return None
-    return type_coerce(element, decorator.load_dialect_impl(dialect_named(dialect)))
+    return type_coerce(element, stored_type(decorator, dialect))
 
 
 def reads_stored(type_: Any, dialect: str) -> TypeDecorator[Any] | None:

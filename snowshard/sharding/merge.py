@@ -616,9 +616,10 @@ class MergePlan:
                 continue
             check_strings(expr, self.dialect, ORDERING, "ORDER BY")
             check_read_order("ORDER BY", expr, self.dialect)  # compared as read
-            if not is_raw_sum(unlabelled(expr), self.dialect):  # (a stored total is not)
+            stored_total = is_raw_sum(unlabelled(expr), self.dialect)  # ordered as added
+            if not stored_total:
                 check_decorated_merged("ORDER BY", expr, self.dialect)
-            if index is not None and not is_raw_sum(unlabelled(expr), self.dialect):
+            if index is not None and not stored_total:
                 self.order.append((_output(index), descending, nulls_first))
             else:
                 self.order.append((compile_expression(expr, atoms), descending, nulls_first))

@@ -23,7 +23,7 @@ from sqlalchemy.types import NullType
 from snowshard._compat import LabelReference
 from snowshard.sharding.analysis import aggregate_function, distinct_arguments
 from snowshard.sharding.arith import scale_of
-from snowshard.sharding.decorated import reads_stored, stored_reader
+from snowshard.sharding.decorated import reads_stored, stored_reader, stored_type
 from snowshard.sharding.dialect_types import dialect_named
 
 __all__ = [
@@ -145,8 +145,8 @@ def converter(type_: Any, dialect: str) -> Callable[[Any], Any] | None:
     (:func:`.decorated.stored_reader`)."""
     decorator = reads_stored(type_, dialect)
     if decorator is not None:
-        impl = decorator.load_dialect_impl(dialect_named(dialect))
-        return stored_reader(decorator, dialect, converter(impl, dialect))
+        inner = converter(stored_type(decorator, dialect), dialect)
+        return stored_reader(decorator, dialect, inner)
     if dialect == "sqlite" or isinstance(type_, Boolean):
         found = sqlite.dialect() if dialect == "sqlite" else dialect_named(dialect)
         processor: Callable[[Any], Any] | None = type_.dialect_impl(found).result_processor(
